@@ -1,0 +1,39 @@
+# Two commands do all the set-up on a fresh clone:  `make repro` (the pipeline)  and  `make test`.
+# Both create the virtual environment (.venv) with pinned versions when it is missing.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.minigpt-installed
+# put the venv first so DVC's `python stages/...` commands use it
+export PATH := $(abspath $(BIN)):$(PATH)
+export DVC_NO_ANALYTICS := 1
+
+.PHONY: setup params repro test test-slow test-all clean-venv
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# recompose params.yaml from conf/ (what `dvc exp run` does; `dvc repro` only reads params.yaml)
+params: $(STAMP)
+	$(BIN)/python -m minigpt.compose $(OVERRIDES)
+
+# the whole pipeline; DATA=/abs/path uses a local copy (directory or zip) instead of downloading
+repro: $(STAMP)
+ifdef DATA
+	$(BIN)/dvc exp run -S data=local -S data.path=$(abspath $(DATA))
+else
+	$(BIN)/dvc repro
+endif
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -1,0 +1,65 @@
+"""Stage `encode`: each clean split as a compact, memory-mappable .npy array of token IDs, plus meta.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from minigpt.errors import DataError
+from minigpt.io_utils import atomic_directory, atomic_write_json, sha256_file
+from minigpt.paths import SPLITS
+from minigpt.tokenizer import CharTokenizer
+
+
+META_NAME = "meta.json"
+
+
+def ids_dtype(vocab_size: int) -> np.dtype:
+    """The smallest unsigned dtype that holds every ID: uint8 up to 256 symbols, else uint16 (else uint32)."""
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if vocab_size - 1 <= np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    raise DataError(f"vocabulary of {vocab_size} characters is too large")
+
+
+def encode_splits(texts: dict[str, str], tokenizer: CharTokenizer, out_dir: str | Path) -> dict:
+    """Write <split>.npy and meta.json to out_dir (atomically, as a whole directory); return the metadata."""
+    dtype = ids_dtype(tokenizer.vocab_size)
+    meta = {"tokenizer_fingerprint": tokenizer.fingerprint, "vocab_size": tokenizer.vocab_size, "dtype": dtype.name, "splits": {}}
+    with atomic_directory(out_dir) as tmp:
+        for split in SPLITS:
+            ids = tokenizer.encode(texts[split]).astype(dtype)
+            file = tmp / f"{split}.npy"
+            np.save(file, ids, allow_pickle=False)
+            meta["splits"][split] = {"file": file.name, "length": int(ids.size), "sha256": sha256_file(file)}
+        atomic_write_json(tmp / META_NAME, meta)
+    return meta
+
+
+def load_meta(encoded_dir: str | Path) -> dict:
+    path = Path(encoded_dir) / META_NAME
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"{path}: not found; run `dvc repro encode`.") from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: not valid JSON ({exc}); run `dvc repro encode`.") from None
+
+
+def load_ids(encoded_dir: str | Path, split: str) -> np.ndarray:
+    """A split's IDs as a read-only memory map (never unpickled)."""
+    path = Path(encoded_dir) / f"{split}.npy"
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except FileNotFoundError:
+        raise DataError(f"{path}: not found; run `dvc repro encode`.") from None
+    except ValueError as exc:
+        raise DataError(f"{path}: not a valid .npy array ({exc}); run `dvc repro encode`.") from None
+
+
+def load_split(encoded_dir: str | Path, split: str) -> torch.Tensor:
+    """A split as a torch.long tensor, the dtype the model's embedding expects."""
+    return torch.from_numpy(np.asarray(load_ids(encoded_dir, split), dtype=np.int64))

@@ -1,0 +1,30 @@
+"""The shared entry point of every stage script: read params.yaml, run, report errors cleanly."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Callable
+
+from minigpt.config import DEFAULT_PARAMS, Params, load_params
+from minigpt.errors import MinigptError
+
+
+def stage_main(name: str, run: Callable[[Params], None], argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=f"stages/{name}.py", description=f"minigpt stage '{name}'")
+    parser.add_argument("--params", default=DEFAULT_PARAMS, help="composed parameters (default: params.yaml)")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    try:
+        run(load_params(args.params))
+    except MinigptError as exc:
+        print(f"[{name}] error: {exc}", file=sys.stderr)
+        return 1
+    print(f"[{name}] done in {time.perf_counter() - start:.2f}s")
+    return 0
+
+
+def read_text(path) -> str:
+    """UTF-8 text exactly as stored (no newline translation)."""
+    return open(path, "rb").read().decode("utf-8")

@@ -1,0 +1,107 @@
+"""CharTokenizer: one ID per character, sorted by code point, with a fingerprint that binds artifacts to it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+
+from minigpt.errors import DataError
+from minigpt.io_utils import atomic_write_json
+from minigpt.textstats import codepoints, from_codepoints
+
+FORMAT = "minigpt-char-tokenizer"
+VERSION = 1
+
+
+def fingerprint_of(chars: list[str]) -> str:
+    """SHA-256 of the chars list as compact JSON (ensure_ascii=False, separators (",", ":"))."""
+    text = json.dumps(chars, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class CharTokenizer:
+    def __init__(self, chars: list[str], placeholder: str | None = None):
+        if not chars:
+            raise DataError("a tokenizer needs at least one character")
+        bad = [c for c in chars if not isinstance(c, str) or len(c) != 1]
+        if bad:
+            raise DataError(f"tokenizer chars must be single characters; got {bad[0]!r}")
+        if len(set(chars)) != len(chars):
+            raise DataError("tokenizer chars contain duplicates")
+        self.chars = list(chars)
+        self.placeholder = placeholder
+        self._points = codepoints("".join(self.chars)).astype(np.int64)
+        # IDs follow the file's order (which is sorted when built here); lookup goes through a sorted view
+        self._order = np.argsort(self._points, kind="stable")
+        self._sorted_points = self._points[self._order]
+
+    @classmethod
+    def from_text(cls, text: str, placeholder: str | None = None) -> "CharTokenizer":
+        chars = set(text)
+        if placeholder is not None:
+            chars.add(placeholder)
+        return cls(sorted(chars), placeholder)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint_of(self.chars)
+
+    def encode(self, text: str) -> np.ndarray:
+        """IDs for every character of `text` (vectorised); an unknown character is an error naming it."""
+        points = codepoints(text).astype(np.int64)
+        slot = np.searchsorted(self._sorted_points, points)
+        slot_clipped = np.minimum(slot, len(self._sorted_points) - 1)
+        unknown = self._sorted_points[slot_clipped] != points
+        if unknown.any():
+            pos = int(np.argmax(unknown))
+            ch = text[pos]
+            raise DataError(
+                f"character {ch!r} (U+{ord(ch):04X}) at position {pos} is not in the tokenizer's vocabulary; "
+                "clean the text with the same settings as the training data (its placeholder maps unseen characters)."
+            )
+        return self._order[slot_clipped]
+
+    def decode(self, ids) -> str:
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
+            raise DataError(f"token IDs must be in [0, {self.vocab_size}); got range [{ids.min()}, {ids.max()}]")
+        return from_codepoints(self._points[ids])
+
+    def to_dict(self) -> dict:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "vocab_size": self.vocab_size,
+            "placeholder": self.placeholder,
+            "fingerprint": self.fingerprint,
+            "chars": self.chars,
+        }
+
+    def save(self, path: str | Path) -> None:
+        atomic_write_json(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | Path) -> "CharTokenizer":
+        path = Path(path)
+        try:
+            payload = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise DataError(f"{path}: tokenizer file not found; run `dvc repro tokenizer`.") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise DataError(f"{path}: not a valid tokenizer JSON ({exc}); run `dvc repro tokenizer`.") from None
+        if not isinstance(payload, dict) or payload.get("format") != FORMAT or not isinstance(payload.get("chars"), list):
+            raise DataError(f"{path}: not a {FORMAT} file (needs 'format' and a 'chars' list); run `dvc repro tokenizer`.")
+        tokenizer = cls(payload["chars"], payload.get("placeholder"))
+        if payload.get("fingerprint") != tokenizer.fingerprint:
+            raise DataError(
+                f"{path}: stored fingerprint {payload.get('fingerprint')} does not match its chars "
+                f"({tokenizer.fingerprint}); the file was edited by hand. Rebuild it with `dvc repro tokenizer`."
+            )
+        return tokenizer

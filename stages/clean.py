@@ -1,0 +1,24 @@
+"""Stage clean: normalise data/raw/ into data/clean/{train,val,test}.txt; report in reports/clean.json."""
+
+from minigpt.cleaning import clean_splits
+from minigpt.fetch import raw_split_path
+from minigpt.io_utils import atomic_directory, atomic_write_json
+from minigpt.paths import CLEAN_DIR, CLEAN_REPORT, RAW_DIR, SPLITS, clean_split_path
+from minigpt.stage import read_text, stage_main
+
+
+
+
+def run(params):
+    raw = {split: read_text(raw_split_path(RAW_DIR, split)) for split in SPLITS}
+    cleaned, report = clean_splits(raw, params.clean)
+    with atomic_directory(CLEAN_DIR) as tmp:
+        for split, text in cleaned.items():
+            clean_split_path(split, tmp).write_bytes(text.encode("utf-8"))
+    atomic_write_json(CLEAN_REPORT, report)
+    replaced = ", ".join(f"{s} {r['replaced']}" for s, r in report["splits"].items())
+    print(f"[clean] vocabulary {report['vocab_size']} characters; replaced by placeholder: {replaced}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(stage_main("clean", run))

@@ -1,0 +1,18 @@
+"""Stage encode: token IDs of every clean split as .npy arrays + meta.json in data/encoded/."""
+
+from minigpt.encoding import SPLITS, encode_splits
+from minigpt.paths import ENCODED_DIR, TOKENIZER_FILE, clean_split_path
+from minigpt.stage import read_text, stage_main
+from minigpt.tokenizer import CharTokenizer
+
+
+def run(params):
+    tokenizer = CharTokenizer.load(TOKENIZER_FILE)
+    texts = {split: read_text(clean_split_path(split)) for split in SPLITS}
+    meta = encode_splits(texts, tokenizer, ENCODED_DIR)
+    lengths = ", ".join(f"{s} {m['length']:,}" for s, m in meta["splits"].items())
+    print(f"[encode] {meta['dtype']} IDs: {lengths}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(stage_main("encode", run))

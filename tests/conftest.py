@@ -1,0 +1,35 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from wikitext_fixture import make_texts, release_for, write_directory, write_zip  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def fixture_texts():
+    return make_texts()
+
+
+@pytest.fixture
+def fixture_files(fixture_texts):
+    return {name: text.encode("utf-8") for name, text in fixture_texts.items()}
+
+
+@pytest.fixture
+def fixture_dir(tmp_path, fixture_texts):
+    return write_directory(tmp_path / "wikitext-src", fixture_texts)
+
+
+@pytest.fixture
+def fixture_zip(tmp_path, fixture_files):
+    return write_zip(tmp_path / "zips" / "wikitext-2-raw-v1.zip", fixture_files)
+
+
+@pytest.fixture
+def fixture_release(fixture_zip, fixture_files):
+    return release_for(fixture_zip, fixture_files)

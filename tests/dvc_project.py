@@ -1,0 +1,58 @@
+"""A throwaway copy of the project in a temporary git repo, for running the real DVC pipeline in tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from minigpt.compose import compose_params
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+COPIED = ["dvc.yaml", "conf", "stages", "minigpt", ".dvc/config", ".dvcignore", ".gitignore"]
+
+
+class DvcProject:
+    def __init__(self, root: Path, overrides: list[str]):
+        self.root = root
+        for name in COPIED:
+            src, dst = REPO_ROOT / name, root / name
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if src.is_dir():
+                shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy2(src, dst)
+        self.env = {
+            **os.environ,
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONPATH": str(root),
+            "DVC_NO_ANALYTICS": "1",
+            "GIT_AUTHOR_NAME": "test", "GIT_AUTHOR_EMAIL": "test@example.com",
+            "GIT_COMMITTER_NAME": "test", "GIT_COMMITTER_EMAIL": "test@example.com",
+        }
+        self.compose(overrides)
+        self.git("init", "-q")
+        self.git("add", "-A")
+        self.git("commit", "-q", "-m", "fixture project")
+
+    def compose(self, overrides: list[str]) -> None:
+        compose_params(self.root / "params.yaml", self.root / "conf", overrides)
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        result = subprocess.run(list(args), cwd=self.root, env=self.env, capture_output=True, text=True)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{' '.join(args)} exited {result.returncode}\n{result.stdout}\n{result.stderr}")
+        return result
+
+    def git(self, *args: str) -> subprocess.CompletedProcess:
+        return self.run("git", *args)
+
+    def dvc(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return self.run(sys.executable, "-m", "dvc", *args, check=check)
+
+    @staticmethod
+    def stages_run(output: str) -> list[str]:
+        return re.findall(r"Running stage '([^']+)'", output)
