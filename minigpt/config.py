@@ -91,6 +91,7 @@ class PreflightConfig:
     batch_size: int = field(metadata=_rule(_at_least(1), ">= 1"))
     initial_loss_tolerance: float = field(metadata=_rule(_positive, "> 0"))
     lr_stability_steps: int = field(metadata=_rule(_at_least(2), ">= 2"))
+    lr_spike_tolerance: float = field(metadata=_rule(_positive, "> 0"))
     overfit_steps: int = field(metadata=_rule(_at_least(1), ">= 1"))
     overfit_lr: float = field(metadata=_rule(_positive, "> 0"))
     overfit_batch_size: int = field(metadata=_rule(_at_least(1), ">= 1"))

@@ -33,3 +33,22 @@ def fixture_zip(tmp_path, fixture_files):
 @pytest.fixture
 def fixture_release(fixture_zip, fixture_files):
     return release_for(fixture_zip, fixture_files)
+
+
+@pytest.fixture(scope="session")
+def encoded_project(tmp_path_factory, fixture_texts):
+    """A debug-scale project with fetch..encode done on the fixture corpus (built once per session)."""
+    from pipeline_fixture import build_project
+
+    base = tmp_path_factory.mktemp("encoded")
+    source = write_directory(base / "src", fixture_texts)
+    return build_project(base / "project", source), source
+
+
+@pytest.fixture
+def project(encoded_project, tmp_path):
+    """A private copy of the encoded project, free to break."""
+    from pipeline_fixture import copy_project
+
+    root, source = encoded_project
+    return copy_project(root, tmp_path / "project"), source

@@ -33,3 +33,24 @@ def test_failing_fetch_stops_dvc_and_leaves_no_valid_looking_data(tmp_path):
     assert "does not exist" in result.stderr + result.stdout
     assert not (project.root / "data" / "raw").exists()
     assert not (project.root / "data" / "clean").exists()
+
+
+def test_preflight_gates_each_learning_rate_and_stops_dvc_on_failure(tmp_path, fixture_dir):
+    base = ["experiment=debug", "data=local", f"data.path={fixture_dir}"]
+    project = DvcProject(tmp_path / "proj", base)
+    first = project.dvc("repro", "preflight")
+    assert project.stages_run(first.stdout) == ["fetch", "clean", "tokenizer", "encode", "preflight"]
+    report = json.loads((project.root / "reports/debug_report.json").read_text())
+    assert report["passed"] is True
+
+    # an LR change reruns preflight alone: every LR of a sweep gets its own gate
+    project.compose(base + ["train.lr=0.001"])
+    second = project.dvc("repro", "preflight")
+    assert project.stages_run(second.stdout) == ["preflight"]
+
+    project.compose(base + ["train.lr=0.1"])
+    failed = project.dvc("repro", "preflight", check=False)
+    assert failed.returncode != 0
+    assert "lr_stability" in failed.stdout + failed.stderr
+    report = json.loads((project.root / "reports/debug_report.json").read_text())
+    assert report["passed"] is False and report["failed"] == ["lr_stability"]

@@ -1,0 +1,24 @@
+"""Device selection: CUDA, then Apple MPS, then CPU, unless one is configured."""
+
+from __future__ import annotations
+
+import torch
+
+from minigpt.errors import ConfigError
+
+
+def mps_available() -> bool:
+    return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+
+
+def select_device(preference: str = "auto") -> torch.device:
+    if preference == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if mps_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": mps_available()}
+    if not available.get(preference, False):
+        raise ConfigError(f"'train.device' = {preference!r} is not available on this machine; use auto or cpu.")
+    return torch.device(preference)

@@ -1,0 +1,35 @@
+"""Build the data artifacts (fetch -> encode) of a debug-scale project under a directory, via the real stages."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from minigpt.compose import compose_params
+from minigpt.config import load_params
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DATA_STAGES = ("fetch", "clean", "tokenizer", "encode")
+
+
+def build_project(root: Path, source_dir: Path, overrides: list[str] = ()) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    compose_params(root / "params.yaml", REPO_ROOT / "conf",
+                   ["experiment=debug", "data=local", f"data.path={source_dir}", *overrides])
+    for stage in DATA_STAGES:
+        subprocess.run([sys.executable, str(REPO_ROOT / "stages" / f"{stage}.py")], cwd=root, check=True,
+                       capture_output=True)
+    return root
+
+
+def copy_project(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def recompose(root: Path, source_dir: Path, overrides: list[str]):
+    compose_params(root / "params.yaml", REPO_ROOT / "conf",
+                   ["experiment=debug", "data=local", f"data.path={source_dir}", *overrides])
+    return load_params(root / "params.yaml")

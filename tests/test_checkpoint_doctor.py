@@ -1,0 +1,107 @@
+"""Checkpoints load strictly or fail loudly; the doctor diagnoses trained weights."""
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from minigpt.batching import get_batch
+from minigpt.checkpoint import CheckpointError, load_checkpoint, load_state_strict, save_checkpoint
+from minigpt.doctor import main as doctor_main
+from minigpt.encoding import load_split
+from minigpt.model import MiniGPT, MiniGPTConfig
+from minigpt.tokenizer import CharTokenizer
+
+from pipeline_fixture import REPO_ROOT, recompose
+
+
+def small_config(vocab=40, **overrides):
+    base = dict(vocab_size=vocab, block_size=16, embedding_dim=32, num_heads=4, num_layers=2, expansion_factor=4, dropout=0.0)
+    return MiniGPTConfig(**{**base, **overrides})
+
+
+def test_checkpoint_round_trip_is_weights_only(tmp_path):
+    model = MiniGPT(small_config())
+    path = tmp_path / "models" / "ckpt.pt"
+    save_checkpoint(path, model, "f" * 64, step=3)
+    loaded = load_checkpoint(path)
+    assert loaded["step"] == 3 and loaded["model_config"] == model.config.to_dict()
+    other = MiniGPT(small_config())
+    load_state_strict(other, loaded)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), other.state_dict().values()))
+    assert [p.name for p in path.parent.iterdir()] == ["ckpt.pt"], "no temp file left behind"
+
+
+class Payload:
+    """An arbitrary object: unpickling it would run the class's code path."""
+
+
+def test_pickled_objects_are_refused(tmp_path):
+    path = tmp_path / "evil.pt"
+    torch.save({"model_state": {}, "model_config": {}, "tokenizer_fingerprint": "", "obj": Payload()}, path)
+    with pytest.raises(CheckpointError, match="not a loadable checkpoint"):
+        load_checkpoint(path)
+
+
+@pytest.mark.parametrize(
+    "change,expected",
+    [
+        (dict(vocab=41), ["vocab_size: model 41 vs checkpoint 40", "size mismatches", "tok_emb.weight: checkpoint (40, 32) vs model (41, 32)"]),
+        (dict(embedding_dim=64), ["embedding_dim: model 64 vs checkpoint 32", "size mismatches"]),
+        (dict(num_layers=3), ["num_layers: model 3 vs checkpoint 2", "missing keys", "blocks.2.attn.qkv.weight"]),
+        (dict(num_layers=1), ["num_layers: model 1 vs checkpoint 2", "unexpected keys", "blocks.1.ln1.weight"]),
+    ],
+)
+def test_loading_into_another_architecture_lists_what_differs(tmp_path, change, expected):
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, MiniGPT(small_config()), "f" * 64)
+    vocab = change.pop("vocab", 40)
+    target = MiniGPT(small_config(vocab, **change))
+    with pytest.raises(CheckpointError) as err:
+        load_state_strict(target, load_checkpoint(path), path)
+    for text in expected:
+        assert text in str(err.value)
+
+
+def train_quickly(root, steps):
+    tok = CharTokenizer.load(root / "data/tokenizer/char_tokenizer.json")
+    torch.manual_seed(0)
+    model = MiniGPT(small_config(tok.vocab_size, block_size=32, embedding_dim=64))
+    train = load_split(root / "data/encoded", "train")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        _, loss = model(*get_batch(train, 16, 32, "cpu", gen))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model, tok
+
+
+def test_doctor_passes_a_trained_checkpoint_and_flags_an_untrained_one(project, capsys):
+    root, source = project
+    recompose(root, source, [])
+    model, tok = train_quickly(root, 250)
+    save_checkpoint(root / "models/trained.pt", model, tok.fingerprint)
+    args = ["--params", str(root / "params.yaml"), "--root", str(root)]
+    assert doctor_main(["--checkpoint", str(root / "models/trained.pt"), *args]) == 0
+    assert "trained_loss           PASSED" in capsys.readouterr().out
+
+    fresh, _ = train_quickly(root, 0)
+    save_checkpoint(root / "models/fresh.pt", fresh, tok.fingerprint)
+    assert doctor_main(["--checkpoint", str(root / "models/fresh.pt"), *args]) == 1
+    out = capsys.readouterr()
+    assert "trained_loss           FAILED" in out.out and "not clearly below the random baseline" in out.out
+
+
+def test_doctor_refuses_a_checkpoint_from_another_tokenizer(project):
+    root, source = project
+    recompose(root, source, [])
+    model, _ = train_quickly(root, 0)
+    save_checkpoint(root / "models/other.pt", model, "0" * 64)
+    result = subprocess.run([sys.executable, "-m", "minigpt.doctor", "--checkpoint", "models/other.pt"], cwd=root,
+                            capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "trained with tokenizer 0000000000000000" in result.stderr and "Traceback" not in result.stderr
