@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Callable
@@ -21,7 +22,8 @@ def stage_main(name: str, run: Callable[[Params], None], argv: list[str] | None 
     except MinigptError as exc:
         print(f"[{name}] error: {exc}", file=sys.stderr)
         return 1
-    print(f"[{name}] done in {time.perf_counter() - start:.2f}s")
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 alone reports
+        print(f"[{name}] done in {time.perf_counter() - start:.2f}s")
     return 0
 
 

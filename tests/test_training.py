@@ -1,0 +1,207 @@
+"""The train stage: the gate, the loop's records, checkpoints, kill-and-resume, the NaN guard, DDP."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from minigpt.checkpoint import CheckpointError, load_checkpoint
+from minigpt.diagnostics import run_preflight
+from minigpt.errors import MinigptError
+from minigpt.model import MiniGPT
+from minigpt.training import (TrainingDiverged, evaluate_model, fixed_val_batches, train)
+from minigpt.encoding import load_split
+
+from pipeline_fixture import REPO_ROOT, recompose
+
+FAST = ["train.max_steps=40", "train.eval_every=10", "train.eval_batches=2", "train.sample_length=10"]
+
+
+def stage(root, *args, **kwargs):
+    return subprocess.run([sys.executable, str(REPO_ROOT / "stages/train.py"), *args], cwd=root, capture_output=True,
+                          text=True, **kwargs)
+
+
+def read_log(root):
+    return [json.loads(line) for line in (root / "reports/train_log.jsonl").read_text().splitlines()]
+
+
+def test_train_refuses_without_a_passing_current_report(project):
+    root, source = project
+    recompose(root, source, FAST)
+    result = stage(root)
+    assert result.returncode == 1 and "no debug report" in result.stderr and "dvc repro preflight" in result.stderr
+    run_preflight(recompose(root, source, FAST + ["train.lr=0.1"]), root)
+    result = stage(root)
+    assert result.returncode == 1 and "preflight failed (lr_stability)" in result.stderr
+    run_preflight(recompose(root, source, FAST), root)
+    recompose(root, source, FAST + ["train.lr=0.002"])
+    result = stage(root)
+    assert result.returncode == 1 and "mismatched fingerprint: config (train.lr)" in result.stderr
+    assert not (root / "models").exists() or not any((root / "models").iterdir())
+
+
+def test_a_gated_run_logs_every_step_and_writes_its_outputs(project):
+    root, source = project
+    params = recompose(root, source, FAST)
+    run_preflight(params, root)
+    result = stage(root)
+    assert result.returncode == 0, result.stderr
+    log = read_log(root)
+    assert [r["step"] for r in log] == list(range(1, 41))
+    assert {"step", "train_loss", "lr", "grad_norm", "tokens_per_sec", "elapsed_s"} <= set(log[0])
+    evals = [r for r in log if "val_loss" in r]
+    assert [r["step"] for r in evals] == [10, 20, 30, 40] and all("sample" in r for r in evals)
+    assert log[0]["lr"] == pytest.approx(params.train.lr / params.train.warmup_steps)
+    for name in ["models/mini_gpt_latest.pt", "models/mini_gpt_best.pt", "reports/train_curves.png",
+                 "reports/plots/train.csv", "reports/plots/val.csv", "reports/train_metrics.json"]:
+        assert (root / name).is_file(), name
+    assert (root / "reports/plots/train.csv").read_text().splitlines()[0] == "step,train_loss,lr,grad_norm"
+    metrics = json.loads((root / "reports/train_metrics.json").read_text())
+    assert metrics["steps"] == 40 and 0 <= metrics["clipped_fraction"] <= 1
+    assert metrics["best_val_loss"] == pytest.approx(min(r["val_loss"] for r in evals), abs=1e-6)
+    ckpt = load_checkpoint(root / "models/mini_gpt_latest.pt")
+    for key in ["model_state", "optimizer_state", "step", "best_val_loss", "rng", "batch_rng", "model_config",
+                "tokenizer_fingerprint", "history"]:
+        assert key in ckpt, key
+    assert {"torch", "numpy", "python"} <= set(ckpt["rng"]) and ckpt["step"] == 40
+
+
+def test_validation_batches_are_fixed(project):
+    root, _ = project
+    val = load_split(root / "data/encoded", "val")
+    a = fixed_val_batches(val, 3, 4, 32, seed=5, device=torch.device("cpu"))
+    b = fixed_val_batches(val, 3, 4, 32, seed=5, device=torch.device("cpu"))
+    assert all(torch.equal(x1, x2) and torch.equal(y1, y2) for (x1, y1), (x2, y2) in zip(a, b))
+    torch.manual_seed(0)
+    model = MiniGPT.__new__(MiniGPT)
+    from minigpt.model import MiniGPTConfig
+    model = MiniGPT(MiniGPTConfig(256, 32, 32, 4, 1))
+    model.train()
+    assert evaluate_model(model, a) == evaluate_model(model, b) and model.training
+
+
+def _wait_for_step(root, step, proc, timeout=60):
+    log = root / "reports/train_log.jsonl"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if log.is_file():
+            lines = log.read_text().splitlines()
+            if len(lines) >= step:
+                return
+        if proc.poll() is not None:
+            raise AssertionError("training ended before it could be killed")
+        time.sleep(0.01)
+    raise AssertionError("training did not reach the step in time")
+
+
+def test_killed_run_resumes_and_reproduces_the_uninterrupted_weights(project, tmp_path):
+    root, source = project
+    overrides = ["train.max_steps=400", "train.eval_every=50", "train.eval_batches=2", "train.sample_length=0",
+                 "model.dropout=0.1"]
+    params = recompose(root, source, overrides)
+    run_preflight(params, root)
+    import shutil
+    twin = shutil.copytree(root, tmp_path / "twin")
+
+    proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "stages/train.py")], cwd=root,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for_step(root, 170, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = len(read_log(root))
+    assert killed_at < 400
+    assert load_checkpoint(root / "models/mini_gpt_latest.pt")["step"] in range(150, 400, 50)
+
+    resumed = stage(root)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from" in resumed.stdout
+    uninterrupted = stage(twin)
+    assert uninterrupted.returncode == 0, uninterrupted.stderr
+
+    a = load_checkpoint(root / "models/mini_gpt_latest.pt")["model_state"]
+    b = load_checkpoint(twin / "models/mini_gpt_latest.pt")["model_state"]
+    assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
+    steps = [r["step"] for r in read_log(root)]
+    assert steps == list(range(1, 401)), "the resumed log must read as one run"
+    assert [r["train_loss"] for r in read_log(root)] == [r["train_loss"] for r in read_log(twin)]
+
+
+def test_resume_from_a_checkpoint_of_other_settings(project):
+    root, source = project
+    params = recompose(root, source, FAST)
+    train(params, root, require_gate=False, out=lambda _m: None)
+    other = recompose(root, source, FAST + ["train.weight_decay=0.05"])
+    messages = []
+    train(other, root, require_gate=False, out=messages.append)
+    assert any("not resuming" in m for m in messages)
+    explicit = recompose(root, source, FAST + ["train.weight_decay=0.01", f"train.resume_from={root / 'models/mini_gpt_latest.pt'}"])
+    with pytest.raises(CheckpointError, match="train.resume_from: .* other data/model/training settings"):
+        train(explicit, root, require_gate=False, out=lambda _m: None)
+
+
+class NanAtStep25(MiniGPT):
+    """Corrupts one weight during the 25th training forward pass."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.calls = 0
+
+    def forward(self, inputs, targets=None):
+        if self.training:
+            self.calls += 1
+            if self.calls == 25:
+                with torch.no_grad():
+                    self.blocks[0].mlp.fc.weight[0, 0] = float("nan")
+        return super().forward(inputs, targets)
+
+
+def test_nan_guard_names_step_module_and_keeps_the_last_checkpoint(project):
+    root, source = project
+    params = recompose(root, source, FAST)
+    with pytest.raises(TrainingDiverged) as err:
+        train(params, root, require_gate=False, model_factory=NanAtStep25, out=lambda _m: None)
+    message = str(err.value)
+    assert "non-finite loss nan at step 25 (last finite step 24)" in message
+    assert "first module with non-finite output: 'blocks.0.mlp.fc'" in message
+    assert "(step 20) is left intact" in message
+    assert load_checkpoint(root / "models/mini_gpt_latest.pt")["step"] == 20
+    assert [r["step"] for r in read_log(root)][-1] == 24
+
+
+def test_nan_guard_stops_an_absurd_learning_rate(project):
+    root, source = project
+    params = recompose(root, source, FAST + ["train.lr=1e30", "train.warmup_steps=0"])
+    with pytest.raises(TrainingDiverged, match=r"non-finite .* at step \d+ \(last finite step \d+\)"):
+        train(params, root, require_gate=False, out=lambda _m: None)
+
+
+def test_unwritable_models_folder_is_a_clear_error(project):
+    root, source = project
+    params = recompose(root, source, FAST)
+    (root / "models").write_text("not a folder")
+    with pytest.raises(MinigptError, match="models/ is not writable"):
+        train(params, root, require_gate=False, out=lambda _m: None)
+
+
+def test_two_process_ddp_run(project):
+    root, source = project
+    params = recompose(root, source, ["train.max_steps=20", "train.eval_every=10", "train.eval_batches=2",
+                                      "train.sample_length=0"])
+    run_preflight(params, root)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             str(REPO_ROOT / "stages/train.py")], cwd=root, capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("[train] done:") == 1, "rank 0 alone reports"
+    assert [r["step"] for r in read_log(root)] == list(range(1, 21))
+    metrics = json.loads((root / "reports/train_metrics.json").read_text())
+    assert metrics["world_size"] == 2
+    ckpt = load_checkpoint(root / "models/mini_gpt_latest.pt")
+    assert len(ckpt["batch_rng"]) == 2 and not torch.equal(ckpt["batch_rng"][0], ckpt["batch_rng"][1])
