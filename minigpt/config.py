@@ -99,12 +99,32 @@ class PreflightConfig:
 
 
 @dataclass(frozen=True)
+class EvaluateConfig:
+    stride: Optional[int] = field(metadata=_rule(_at_least(1), ">= 1 and <= model.block_size (or null for block_size // 2)"))
+    batch_size: int = field(metadata=_rule(_at_least(1), ">= 1"))
+    precision: Literal["fp32", "bf16"]
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    prompts: list[str] = field(metadata=_rule(lambda v: len(v) >= 1 and all(len(p) >= 1 for p in v), "a non-empty list of non-empty prompts"))
+    max_new_tokens: int = field(metadata=_rule(_at_least(1), ">= 1"))
+    temperature: float = field(metadata=_rule(_positive, "> 0"))
+    top_k: Optional[int] = field(metadata=_rule(_at_least(1), ">= 1 (or null for no limit)"))
+    top_p: float = field(metadata=_rule(lambda v: 0 < v <= 1, "in (0, 1]"))
+    repetition_penalty: float = field(metadata=_rule(_at_least(1), ">= 1 (1 disables it)"))
+    seed: int
+
+
+@dataclass(frozen=True)
 class Params:
     data: DataConfig
     model: ModelConfig
     train: TrainConfig
     clean: CleanConfig
     preflight: PreflightConfig
+    evaluate: EvaluateConfig
+    generate: GenerateConfig
 
     def section_dict(self, name: str) -> dict[str, Any]:
         return dataclasses.asdict(getattr(self, name))
@@ -217,6 +237,10 @@ def _check_cross_field(params: Params, source: str) -> None:
             f"{source}: 'data.path' is required with data=local; pass the directory or zip, e.g. "
             "dvc exp run -S data=local -S data.path=/abs/path/to/wikitext."
         )
+    stride = params.evaluate.stride
+    if stride is not None and stride > model.block_size:
+        raise ConfigError(f"{source}: 'evaluate.stride' = {stride} exceeds 'model.block_size' = {model.block_size}; "
+                          "it must be between 1 and block_size (or null for block_size // 2).")
     train = params.train
     if train.min_lr is not None and train.min_lr > train.lr:
         raise ConfigError(f"{source}: 'train.min_lr' = {train.min_lr} is above 'train.lr' = {train.lr}; it must be <= lr.")

@@ -151,10 +151,14 @@ class MiniGPT(nn.Module):
         temperature: float = 1.0,
         top_k: int | None = None,
         generator: torch.Generator | None = None,
+        top_p: float = 1.0,
+        repetition_penalty: float = 1.0,
     ) -> torch.Tensor:
         """Append max_new_tokens sampled IDs to inputs [B, T]; context cropped to block_size, eval mode."""
-        if temperature <= 0:
-            raise ValueError("temperature must be > 0")
+        from minigpt.sampling import SamplingSettings, next_token_logits
+
+        settings = SamplingSettings(temperature, top_k, top_p, repetition_penalty)
+        settings.validate(self.config.vocab_size, "sampling")
         was_training = self.training
         self.eval()
         try:
@@ -162,12 +166,9 @@ class MiniGPT(nn.Module):
             for _ in range(max_new_tokens):
                 context = out[:, -self.config.block_size:]
                 logits, _ = self(context)
-                logits = logits[:, -1, :].float() / temperature  # only the last position predicts the next token
-                if top_k is not None:
-                    kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1, None]
-                    logits = logits.masked_fill(logits < kth, float("-inf"))
-                probs = torch.softmax(logits, dim=-1)
-                next_id = torch.multinomial(probs, 1, generator=generator)
+                # only the last position predicts the next token
+                logits = next_token_logits(logits[:, -1, :], context, settings)
+                next_id = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
                 out = torch.cat([out, next_id], dim=1)
             return out
         finally:

@@ -54,3 +54,52 @@ def test_preflight_gates_each_learning_rate_and_stops_dvc_on_failure(tmp_path, f
     assert "lr_stability" in failed.stdout + failed.stderr
     report = json.loads((project.root / "reports/debug_report.json").read_text())
     assert report["passed"] is False and report["failed"] == ["lr_stability"]
+
+
+ALL_STAGES = ["fetch", "clean", "tokenizer", "encode", "preflight", "train", "evaluate", "generate"]
+LR_STAGES = ["preflight", "train", "evaluate", "generate"]
+
+
+def test_full_dag_then_noop_then_lr_sweep_through_the_queue(tmp_path, fixture_dir):
+    base = ["experiment=debug", "data=local", f"data.path={fixture_dir}", "generate.max_new_tokens=60"]
+    project = DvcProject(tmp_path / "proj", base)
+    first = project.dvc("repro")
+    assert project.stages_run(first.stdout) == ALL_STAGES
+    root = project.root
+    for artifact in ["data/raw/manifest.json", "data/encoded/meta.json", "reports/clean.json", "reports/debug_report.json",
+                     "models/mini_gpt_latest.pt", "models/mini_gpt_best.pt", "reports/train_log.jsonl",
+                     "reports/train_curves.png", "reports/train_metrics.json", "reports/plots/train.csv",
+                     "reports/metrics.json", "reports/samples.md", "reports/generation.json"]:
+        assert (root / artifact).is_file(), artifact
+    metrics = json.loads((root / "reports/metrics.json").read_text())
+    assert metrics["val"]["bpc"] < metrics["baseline_bpc"]
+    assert json.loads((root / "reports/debug_report.json").read_text())["passed"] is True
+    assert project.stages_run(project.dvc("repro").stdout) == []
+
+    project.git("add", "-A")
+    project.git("commit", "-q", "-m", "baseline run")
+    # `dvc exp run` recomposes params.yaml from conf/: the baseline's own overrides go along with the sweep
+    overrides = [arg for o in base for arg in ("-S", o)]
+    project.dvc("exp", "run", *overrides, "-S", "train.lr=0.001,0.002", "--queue")
+    swept = project.dvc("exp", "run", "--run-all", "-j", "1")
+    ran = project.stages_run(swept.stdout)
+    assert sorted(ran) == sorted(LR_STAGES * 2), swept.stdout
+    assert "Stage 'encode' didn't change, skipping" in swept.stdout
+
+    shown = json.loads(project.dvc("exp", "show", "--json").stdout)
+    experiments = [e for rev in shown for e in (rev.get("experiments") or [])]
+    names = [run["name"] for e in experiments for run in e["revs"] if run.get("name")]
+    assert len(names) == 2, shown
+    diff = json.loads(project.dvc("metrics", "diff", names[0], names[1], "--json").stdout)
+    bpc = diff["reports/metrics.json"]["val.bpc"]
+    assert bpc["old"] != bpc["new"]
+
+
+def test_a_failing_preflight_stops_dvc_repro_before_train(tmp_path, fixture_dir):
+    project = DvcProject(tmp_path / "proj", ["experiment=debug", "data=local", f"data.path={fixture_dir}", "train.lr=0.1"])
+    result = project.dvc("repro", check=False)
+    assert result.returncode != 0
+    assert project.stages_run(result.stdout) == ["fetch", "clean", "tokenizer", "encode", "preflight"]
+    assert "lr_stability" in result.stdout
+    assert not (project.root / "models").exists() or not list((project.root / "models").iterdir())
+    assert json.loads((project.root / "reports/debug_report.json").read_text())["passed"] is False

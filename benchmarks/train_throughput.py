@@ -1,0 +1,81 @@
+"""Training throughput (tokens/s) of a model preset, fp32 vs bf16 autocast, measured side by side.
+
+    python benchmarks/train_throughput.py [--model production] [--batch 32] [--steps 10] [--rounds 3]
+
+Rounds alternate the precisions so that machine noise hits both alike; the table reports medians and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+from minigpt.config import ModelConfig
+from minigpt.model import MiniGPT, MiniGPTConfig
+from minigpt.optim import make_adamw
+from minigpt.training import calc_loss_batch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def model_preset(name: str, vocab: int) -> MiniGPTConfig:
+    values = yaml.safe_load((ROOT / "conf" / "model" / f"{name}.yaml").read_text())
+    return MiniGPTConfig.from_params(ModelConfig(**values), vocab)
+
+
+def time_steps(model, optimizer, batch, precision: str, steps: int) -> float:
+    inputs, targets = batch
+    start = time.perf_counter()
+    for _ in range(steps):
+        loss = calc_loss_batch(model, inputs, targets, precision)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="production")
+    parser.add_argument("--vocab", type=int, default=119, help="vocabulary size (wt2-mini: 119)")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--precisions", default="fp32,bf16")
+    args = parser.parse_args()
+    config = model_preset(args.model, args.vocab)
+    torch.manual_seed(0)
+    batch = (torch.randint(0, args.vocab, (args.batch, config.block_size)),
+             torch.randint(0, args.vocab, (args.batch, config.block_size)))
+    precisions = args.precisions.split(",")
+    runs = {}
+    for precision in precisions:
+        model = MiniGPT(config).train()
+        optimizer = make_adamw(model, 1e-3, 0.1)
+        time_steps(model, optimizer, batch, precision, 2)  # warm-up
+        runs[precision] = (model, optimizer)
+    samples = {p: [] for p in precisions}
+    for _ in range(args.rounds):
+        for precision, (model, optimizer) in runs.items():
+            seconds = time_steps(model, optimizer, batch, precision, args.steps)
+            samples[precision].append(args.batch * config.block_size * args.steps / seconds)
+    params = MiniGPT(config).num_parameters()
+    result = {"model": args.model, "parameters": params, "batch": args.batch, "block_size": config.block_size,
+              "threads": torch.get_num_threads(), "tokens_per_sec": {p: statistics.median(v) for p, v in samples.items()}}
+    print(f"model {args.model}: {params:,} parameters, batch {args.batch} x {config.block_size}, {result['threads']} threads")
+    base = result["tokens_per_sec"][precisions[0]]
+    for p in precisions:
+        rate = result["tokens_per_sec"][p]
+        print(f"  {p:<5} {rate:>10,.0f} tokens/s  ({rate / base:.2f}x {precisions[0]})  samples {[round(v) for v in samples[p]]}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

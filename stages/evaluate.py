@@ -1,0 +1,23 @@
+"""Stage evaluate: score models/mini_gpt_best.pt on the full val and test splits -> reports/metrics.json."""
+
+from pathlib import Path
+
+from minigpt.evaluation import evaluate_checkpoint
+from minigpt.io_utils import atomic_write_json
+from minigpt.paths import REPORTS_DIR
+from minigpt.stage import stage_main
+
+
+def run(params):
+    metrics = evaluate_checkpoint(params, Path("."))
+    atomic_write_json(REPORTS_DIR / "metrics.json", metrics)
+    for split in ("val", "test"):
+        m = metrics[split]
+        print(f"[evaluate] {split}: loss {m['loss']:.4f} nats/char, {m['bpc']:.4f} bpc, perplexity "
+              f"{m['perplexity']:.3f} over {m['tokens']:,} tokens")
+    print(f"[evaluate] generalisation gap {metrics['generalization_gap']:+.4f}; random baseline "
+          f"{metrics['baseline_bpc']:.3f} bpc; best step {metrics['best_step']}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(stage_main("evaluate", run))

@@ -1,0 +1,147 @@
+"""Full-split evaluation, sampling settings, repetition metrics, and the evaluate/generate stages."""
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from minigpt.checkpoint import save_checkpoint
+from minigpt.config import CleanConfig
+from minigpt.errors import ConfigError
+from minigpt.evaluation import score_split, window_plan
+from minigpt.generation import main as generate_main
+from minigpt.generation import prepare_prompt
+from minigpt.model import MiniGPT, MiniGPTConfig
+from minigpt.sampling import SamplingSettings, next_token_logits
+from minigpt.textmetrics import longest_char_run, longest_repeated_substring, repeated_ngram_share
+from minigpt.tokenizer import CharTokenizer
+
+from pipeline_fixture import REPO_ROOT, recompose
+from test_checkpoint_doctor import train_quickly
+
+
+@pytest.mark.parametrize("n,block,stride", [(2, 8, 4), (9, 8, 8), (100, 8, 4), (101, 8, 3), (57, 16, 1), (20, 16, 16)])
+def test_window_plan_scores_every_target_once_with_enough_context(n, block, stride):
+    scored = []
+    for start, first in window_plan(n, block, stride):
+        window = min(block, n - 1)
+        for j in range(first, window):
+            scored.append(start + 1 + j)
+            if start > 0:
+                assert j + 1 >= block - stride, "each scored token has >= block_size - stride tokens of context"
+    assert sorted(scored) == list(range(1, n))
+
+
+def test_score_split_matches_a_token_by_token_computation():
+    torch.manual_seed(0)
+    model = MiniGPT(MiniGPTConfig(20, 8, 16, 2, 1))
+    ids = np.random.default_rng(0).integers(0, 20, size=61)
+    result = score_split(model, ids, stride=3, batch_size=4, device=torch.device("cpu"))
+    # brute force: each target t with the context the plan gives it
+    total = 0.0
+    with torch.no_grad():
+        for start, first in window_plan(len(ids), 8, 3):
+            window = torch.as_tensor(ids[start:start + 8 + 1], dtype=torch.long)
+            logits, _ = model(window[None, :-1])
+            nll = F.cross_entropy(logits[0], window[1:], reduction="none")
+            total += float(nll[first:].sum())
+    assert result["tokens"] == 60
+    assert result["loss"] == pytest.approx(total / 60, rel=1e-6)
+    assert result["bpc"] == pytest.approx(result["loss"] / math.log(2))
+    assert result["perplexity"] == pytest.approx(math.exp(result["loss"]))
+    assert score_split(model, ids, 3, 4, torch.device("cpu")) == result, "deterministic"
+
+
+@pytest.mark.parametrize("settings,message", [
+    (SamplingSettings(temperature=0), "temperature' = 0 is invalid; it must be > 0"),
+    (SamplingSettings(top_k=0), "top_k' = 0 is invalid; it must be between 1 and the vocabulary size 30"),
+    (SamplingSettings(top_k=31), "top_k' = 31 is invalid"),
+    (SamplingSettings(top_p=0.0), "top_p' = 0.0 is invalid; it must be in (0, 1]"),
+    (SamplingSettings(top_p=1.5), "top_p' = 1.5 is invalid"),
+    (SamplingSettings(repetition_penalty=0.9), "repetition_penalty' = 0.9 is invalid; it must be >= 1"),
+])
+def test_invalid_sampling_settings_are_named(settings, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
+        settings.validate(30)
+
+
+def test_top_p_keeps_the_smallest_nucleus_and_penalty_lowers_seen_tokens():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    kept = next_token_logits(logits, torch.tensor([[0]]), SamplingSettings(top_p=0.8))
+    assert torch.isfinite(kept).tolist() == [[True, True, False, False]]
+    kept = next_token_logits(logits, torch.tensor([[0]]), SamplingSettings(top_p=0.1))
+    assert torch.isfinite(kept).tolist() == [[True, False, False, False]]
+    raw = torch.tensor([[2.0, 2.0, -1.0]])
+    penalised = next_token_logits(raw, torch.tensor([[0, 2]]), SamplingSettings(repetition_penalty=2.0))
+    assert penalised.tolist() == [[1.0, 2.0, -2.0]]
+
+
+def test_repetition_metrics():
+    assert repeated_ngram_share("abcdabcd", 4) == pytest.approx(1 - 4 / 5)
+    assert repeated_ngram_share("abcdefgh", 4) == 0.0
+    assert longest_repeated_substring("the cat and the hat") == 4  # "the "
+    assert longest_repeated_substring("abcdef") == 0
+    assert longest_repeated_substring("aaaa") == 3
+    assert longest_char_run("abbbcc") == 3
+
+
+def test_prompt_characters_outside_the_vocabulary_are_refused():
+    tok = CharTokenizer.from_text("The cat\n", placeholder="\ufffd")
+    clean = CleanConfig("NFC", 1, "\ufffd", False)
+    assert prepare_prompt("The", 0, tok, clean) == "The"
+    with pytest.raises(ConfigError, match=r"'generate.prompts\[2\]' = 'Thé' has characters outside the vocabulary: 'é' \(U\+00E9\)"):
+        prepare_prompt("Thé", 2, tok, clean)
+
+
+def test_evaluate_and_generate_stages_on_a_trained_checkpoint(project):
+    root, source = project
+    recompose(root, source, ["generate.max_new_tokens=40"])
+    model, tok = train_quickly(root, 250)
+    save_checkpoint(root / "models/mini_gpt_best.pt", model, tok.fingerprint, best_step=250, elapsed_s=1.0)
+    for stage in ("evaluate", "generate"):
+        result = subprocess.run([sys.executable, str(REPO_ROOT / f"stages/{stage}.py")], cwd=root, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+    metrics = json.loads((root / "reports/metrics.json").read_text())
+    val_len = len(np.load(root / "data/encoded/val.npy"))
+    assert metrics["val"]["tokens"] == val_len - 1
+    assert metrics["val"]["bpc"] < metrics["baseline_bpc"] - 0.5
+    assert metrics["generalization_gap"] == pytest.approx(metrics["val"]["loss"] - metrics["train_slice"]["loss"])
+    assert metrics["best_step"] == 250 and metrics["min_context"] == 32 - 16 + 1
+    generation = json.loads((root / "reports/generation.json").read_text())
+    assert len(generation["samples"]) == 3 and all(len(s["text"]) == 40 for s in generation["samples"])
+    assert {"repeated_4gram_share", "longest_repeated_substring"} <= set(generation["mean"])
+    assert "## Prompt 1: 'The'" in (root / "reports/samples.md").read_text()
+
+
+def test_untrained_checkpoint_is_an_error_not_a_metric(project):
+    root, source = project
+    recompose(root, source, [])
+    model, tok = train_quickly(root, 0)
+    save_checkpoint(root / "models/mini_gpt_best.pt", model, tok.fingerprint)
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/evaluate.py")], cwd=root, capture_output=True, text=True)
+    assert result.returncode == 1 and "not clearly below the random baseline" in result.stderr
+    assert not (root / "reports/metrics.json").exists()
+
+
+def test_generation_refuses_bad_settings_and_a_tokenizer_mismatch(project, capsys):
+    root, source = project
+    recompose(root, source, [])
+    model, tok = train_quickly(root, 0)
+    save_checkpoint(root / "models/mini_gpt_best.pt", model, tok.fingerprint)
+    args = ["--params", str(root / "params.yaml"), "--root", str(root), "--checkpoint", str(root / "models/mini_gpt_best.pt")]
+    assert generate_main(["--prompt", "The", "--max-new-tokens", "5", *args]) == 0
+    assert capsys.readouterr().out.startswith("The")
+    assert generate_main(["--prompt", "The", "--top-k", "1000", *args]) == 1
+    assert f"between 1 and the vocabulary size {tok.vocab_size}" in capsys.readouterr().err
+    assert generate_main(["--prompt", "The", "--temperature", "0", *args]) == 1
+    assert "temperature' = 0.0 is invalid" in capsys.readouterr().err
+    save_checkpoint(root / "models/mini_gpt_best.pt", model, "0" * 64)
+    assert generate_main(["--prompt", "The", *args]) == 1
+    assert "trained with tokenizer 0000000000000000" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"'generate.top_p' = 0 is invalid; it must be in \(0, 1\]"):
+        recompose(root, source, ["generate.top_p=0"])  # params.yaml itself is validated by the schema
