@@ -8,7 +8,6 @@ Checks whose prerequisites did not pass are reported as skipped, with the reason
 from __future__ import annotations
 
 import copy
-import json
 import math
 import platform
 import sys
@@ -26,7 +25,7 @@ from minigpt.config import Params
 from minigpt.device import mps_available, select_device
 from minigpt.encoding import load_ids, load_meta
 from minigpt.errors import MinigptError
-from minigpt.io_utils import atomic_write_json, canonical_json_digest, sha256_file
+from minigpt.io_utils import atomic_write_json, canonical_json_digest, read_json, sha256_file
 from minigpt.model import MiniGPT, MiniGPTConfig
 from minigpt.nonfinite import NonFiniteTracker
 from minigpt.optim import make_adamw
@@ -677,12 +676,8 @@ def verify_gate(params: Params, root: Path = Path("."), report_path: Path | None
     """Refuse training unless the report passed and is bound to exactly the current data and configuration."""
     path = report_path or root / DEBUG_REPORT
     refresh = "Run `dvc repro preflight` (or `python stages/preflight.py`) to refresh it."
-    try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise GateError(f"{path}: no debug report; training starts only after preflight passes. {refresh}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise GateError(f"{path}: unreadable debug report ({exc}). {refresh}") from None
+    report = read_json(path, missing="no debug report; training starts only after preflight passes",
+                       invalid="unreadable debug report", fix=refresh, error=GateError)
     body = {k: v for k, v in report.items() if k != "report_digest"}
     if report.get("report_digest") != canonical_json_digest(body):
         raise GateError(f"{path}: the report does not match its digest: it was edited by hand. {refresh}")

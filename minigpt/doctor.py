@@ -19,11 +19,10 @@ from minigpt.config import DEFAULT_PARAMS, load_params
 from minigpt.device import select_device
 from minigpt.diagnostics import CHECKS, Check, CheckFailed, Context, format_table, run_checks
 from minigpt.errors import MinigptError
+from minigpt.evaluation import TRAINED_MARGIN
 from minigpt.paths import TOKENIZER_FILE
 from minigpt.tokenizer import CharTokenizer
 
-# a trained model must beat the uniform baseline log(V) by at least this much (nats/char) on validation batches
-TRAINED_MARGIN = 0.5
 DOCTOR_BATCHES = 8
 # the preflight checks that make sense for trained weights (initial_loss and training from scratch do not)
 APPLICABLE = ("environment", "files", "tokenizer", "token_ids", "batch_shift", "forward_shapes",

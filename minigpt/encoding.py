@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from minigpt.errors import DataError
-from minigpt.io_utils import atomic_directory, atomic_write_json, sha256_file
+from minigpt.io_utils import atomic_directory, atomic_write_json, read_json, sha256_file
 from minigpt.paths import SPLITS
 from minigpt.tokenizer import CharTokenizer
 
@@ -40,13 +39,8 @@ def encode_splits(texts: dict[str, str], tokenizer: CharTokenizer, out_dir: str 
 
 
 def load_meta(encoded_dir: str | Path) -> dict:
-    path = Path(encoded_dir) / META_NAME
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(f"{path}: not found; run `dvc repro encode`.") from None
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}: not valid JSON ({exc}); run `dvc repro encode`.") from None
+    return read_json(Path(encoded_dir) / META_NAME, missing="not found", invalid="not valid JSON",
+                     fix="run `dvc repro encode`.", error=DataError)
 
 
 def load_ids(encoded_dir: str | Path, split: str) -> np.ndarray:

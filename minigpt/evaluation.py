@@ -4,11 +4,18 @@ block_size - stride tokens of context (sliding windows), batched, no_grad, eval 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from minigpt.checkpoint import load_checkpoint, model_from_checkpoint, require_tokenizer
+from minigpt.device import select_device
+from minigpt.encoding import load_ids
+from minigpt.errors import MinigptError
+from minigpt.paths import ENCODED_DIR, MODELS_DIR, TOKENIZER_FILE
+from minigpt.tokenizer import CharTokenizer
 from minigpt.training import autocast_for
 
 
@@ -74,15 +81,6 @@ TRAINED_MARGIN = 0.5
 
 def evaluate_checkpoint(params, root, checkpoint_path=None) -> dict:
     """Score the best checkpoint on the full val and test splits; returns the metrics for reports/metrics.json."""
-    from pathlib import Path
-
-    from minigpt.checkpoint import load_checkpoint, model_from_checkpoint, require_tokenizer
-    from minigpt.device import select_device
-    from minigpt.encoding import load_ids
-    from minigpt.errors import MinigptError
-    from minigpt.paths import ENCODED_DIR, MODELS_DIR, TOKENIZER_FILE
-    from minigpt.tokenizer import CharTokenizer
-
     root = Path(root)
     path = Path(checkpoint_path) if checkpoint_path else root / MODELS_DIR / "mini_gpt_best.pt"
     device = select_device(params.train.device)

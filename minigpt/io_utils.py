@@ -80,6 +80,16 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
             shutil.rmtree(tmp)
 
 
+def read_json(path: str | os.PathLike, *, missing: str, invalid: str, fix: str, error: type[Exception]) -> Any:
+    """Parse a JSON artifact; a missing or unreadable file raises `error` naming the file and the fix."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"{path}: {missing}; {fix}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise error(f"{path}: {invalid} ({exc}); {fix}") from None
+
+
 def canonical_json_digest(obj: Any) -> str:
     """SHA-256 of a JSON value with sorted keys and no whitespace: a stable fingerprint of a config."""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -28,7 +28,9 @@ def make_adamw(model: nn.Module, lr: float, weight_decay: float, betas=(0.9, 0.9
     groups = [g for g in build_param_groups(model, weight_decay) if g["params"]]
     if not groups:
         raise ValueError("the model has no trainable parameters (all requires_grad=False)")
-    return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas))
+    # the fused kernel (one launch for all parameters) where every parameter is on a CUDA device
+    fused = all(p.is_cuda for g in groups for p in g["params"])
+    return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), fused=fused or None)
 
 
 def cosine_with_warmup(step: int, warmup_steps: int, total_steps: int, max_lr: float, min_lr: float | None = None) -> float:

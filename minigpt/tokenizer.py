@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from minigpt.errors import DataError
-from minigpt.io_utils import atomic_write_json
+from minigpt.io_utils import atomic_write_json, read_json
 from minigpt.textstats import codepoints, from_codepoints
 
 FORMAT = "minigpt-char-tokenizer"
@@ -90,12 +90,8 @@ class CharTokenizer:
     @classmethod
     def load(cls, path: str | Path) -> "CharTokenizer":
         path = Path(path)
-        try:
-            payload = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise DataError(f"{path}: tokenizer file not found; run `dvc repro tokenizer`.") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise DataError(f"{path}: not a valid tokenizer JSON ({exc}); run `dvc repro tokenizer`.") from None
+        payload = read_json(path, missing="tokenizer file not found", invalid="not a valid tokenizer JSON",
+                            fix="run `dvc repro tokenizer`.", error=DataError)
         if not isinstance(payload, dict) or payload.get("format") != FORMAT or not isinstance(payload.get("chars"), list):
             raise DataError(f"{path}: not a {FORMAT} file (needs 'format' and a 'chars' list); run `dvc repro tokenizer`.")
         tokenizer = cls(payload["chars"], payload.get("placeholder"))

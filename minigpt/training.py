@@ -31,7 +31,7 @@ from minigpt.device import select_device
 from minigpt.diagnostics import verify_gate
 from minigpt.encoding import load_split
 from minigpt.errors import ConfigError, MinigptError
-from minigpt.io_utils import atomic_write_json, canonical_json_digest, sha256_file
+from minigpt.io_utils import atomic_write_json, atomic_write_text, canonical_json_digest, sha256_file
 from minigpt.model import MiniGPT, MiniGPTConfig
 from minigpt.nonfinite import NonFiniteTracker
 from minigpt.optim import cosine_with_warmup, make_adamw
@@ -204,8 +204,6 @@ class RunLog:
 
 def write_curves(history: list[dict], root: Path) -> None:
     """CSV plots for `dvc plots` (JSONL is not accepted there) and a PNG readable offline."""
-    from minigpt.io_utils import atomic_write_text
-
     rows = ["step,train_loss,lr,grad_norm"] + [f"{r['step']},{r['train_loss']},{r['lr']},{r['grad_norm']}" for r in history]
     atomic_write_text(root / TRAIN_PLOT_CSV, "\n".join(rows) + "\n")
     val = [r for r in history if "val_loss" in r]

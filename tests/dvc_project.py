@@ -38,6 +38,13 @@ class DvcProject:
         self.git("add", "-A")
         self.git("commit", "-q", "-m", "fixture project")
 
+    @classmethod
+    def attach(cls, root: Path, env: dict) -> "DvcProject":
+        """An existing checkout (e.g. a git clone of a project), run with the same environment."""
+        project = cls.__new__(cls)
+        project.root, project.env = root, {**env, "PYTHONPATH": str(root)}
+        return project
+
     def compose(self, overrides: list[str]) -> None:
         compose_params(self.root / "params.yaml", self.root / "conf", overrides)
 

@@ -94,6 +94,18 @@ def test_full_dag_then_noop_then_lr_sweep_through_the_queue(tmp_path, fixture_di
     bpc = diff["reports/metrics.json"]["val.bpc"]
     assert bpc["old"] != bpc["new"]
 
+    # share the baseline through a DVC remote: a second clone pulls it and has nothing to rerun
+    project.dvc("remote", "add", "-d", "storage", str(tmp_path / "remote"))
+    project.dvc("push")
+    project.git("add", "-A")
+    project.git("commit", "-q", "-m", "results and remote")
+    project.run("git", "clone", "-q", str(root), str(tmp_path / "second"))
+    second = DvcProject.attach(tmp_path / "second", project.env)
+    second.dvc("pull")
+    assert (second.root / "models/mini_gpt_best.pt").read_bytes() == (root / "models/mini_gpt_best.pt").read_bytes()
+    status = second.dvc("status")
+    assert "Data and pipelines are up to date" in status.stdout, status.stdout
+
 
 def test_a_failing_preflight_stops_dvc_repro_before_train(tmp_path, fixture_dir):
     project = DvcProject(tmp_path / "proj", ["experiment=debug", "data=local", f"data.path={fixture_dir}", "train.lr=0.1"])
