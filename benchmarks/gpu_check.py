@@ -13,14 +13,12 @@ import argparse
 import dataclasses
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from bench_common import flops_per_token  # noqa: E402  (also puts the repo on sys.path)
 from minigpt.config import load_params  # noqa: E402
 from minigpt.diagnostics import format_table, run_preflight  # noqa: E402
 from minigpt.evaluation import evaluate_checkpoint  # noqa: E402
@@ -53,11 +51,6 @@ def matmul_peak_tflops(device: str, n: int, repeats: int = 10) -> float:
         sync(device)
         times.append(time.perf_counter() - start)
     return 2 * n ** 3 / statistics.median(times) / 1e12
-
-
-def flops_per_token(config: MiniGPTConfig, params: int) -> float:
-    """Training FLOPs per token: 6 x parameters, plus attention scores and values (12 x layers x T x width)."""
-    return 6 * params + 12 * config.num_layers * config.block_size * config.embedding_dim
 
 
 def throughput(config: MiniGPTConfig, device: str, batch: int, precision: str, compile_model: bool, steps: int) -> float:

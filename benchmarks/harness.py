@@ -22,19 +22,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
+from bench_common import ROOT, flops_per_token, model_preset  # noqa: E402  (also puts the repo on sys.path)
 from minigpt import model as model_module  # noqa: E402
 from minigpt.cleaning import clean_splits  # noqa: E402
-from minigpt.config import CleanConfig, ModelConfig  # noqa: E402
+from minigpt.config import CleanConfig  # noqa: E402
 from minigpt.evaluation import score_split  # noqa: E402
-from minigpt.model import MiniGPT, MiniGPTConfig  # noqa: E402
+from minigpt.model import MiniGPT  # noqa: E402
 from minigpt.optim import build_param_groups  # noqa: E402
 from minigpt.tokenizer import CharTokenizer  # noqa: E402
 from minigpt.training import calc_loss_batch  # noqa: E402
 
-import yaml  # noqa: E402
 
 
 def median_time(fn, rounds: int) -> float:
@@ -70,16 +67,6 @@ def manual_causal_attention(q, k, v, dropout_p):
     mask = torch.tril(torch.ones(t, t, dtype=torch.bool, device=q.device))
     weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
     return F.dropout(weights, dropout_p) @ v
-
-
-def flops_per_token(config: MiniGPTConfig, params: int) -> float:
-    """Training FLOPs per token: 6 x parameters, plus attention scores and values (12 x layers x T x width)."""
-    return 6 * params + 12 * config.num_layers * config.block_size * config.embedding_dim
-
-
-def model_preset(name: str, vocab: int) -> MiniGPTConfig:
-    values = yaml.safe_load((ROOT / "conf" / "model" / f"{name}.yaml").read_text())
-    return MiniGPTConfig.from_params(ModelConfig(**values), vocab)
 
 
 class Variant:

@@ -11,22 +11,13 @@ import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
 import torch
-import yaml
 
-from minigpt.config import ModelConfig
-from minigpt.model import MiniGPT, MiniGPTConfig
+from bench_common import model_preset
+from minigpt.model import MiniGPT
 from minigpt.optim import make_adamw
 from minigpt.training import calc_loss_batch
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def model_preset(name: str, vocab: int) -> MiniGPTConfig:
-    values = yaml.safe_load((ROOT / "conf" / "model" / f"{name}.yaml").read_text())
-    return MiniGPTConfig.from_params(ModelConfig(**values), vocab)
 
 
 def time_steps(model, optimizer, batch, precision: str, steps: int) -> float:
