@@ -239,3 +239,14 @@ def test_gate_refuses_missing_failed_edited_and_stale_reports(project):
     with pytest.raises(GateError, match="mismatched fingerprint: encoded val"):
         verify_gate(params, root)
     assert "dvc repro preflight" in str(pytest.raises(GateError, verify_gate, params, root).value)
+
+
+def test_dvc_preflight_stage_reruns_on_exactly_the_params_the_gate_binds():
+    """If preflight's dvc.yaml params and the gate's config fingerprint drift apart, a sweep could reuse a report
+    made for other settings (DVC skips preflight) that the gate then refuses, or the reverse."""
+    import yaml
+
+    stage = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text())["stages"]["preflight"]
+    declared = set(stage["params"])
+    bound = {"model", "preflight"} | {f"train.{k}" for k in diagnostics.GATED_TRAIN_KEYS}
+    assert declared == bound
