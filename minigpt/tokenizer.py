@@ -34,9 +34,9 @@ class CharTokenizer:
         self.chars = list(chars)
         self.placeholder = placeholder
         self._points = codepoints("".join(self.chars)).astype(np.int64)
-        # IDs follow the file's order (which is sorted when built here); lookup goes through a sorted view
-        self._order = np.argsort(self._points, kind="stable")
-        self._sorted_points = self._points[self._order]
+        # code point -> ID lookup table (-1: not in the vocabulary); at most 0x110000 entries
+        self._lut = np.full(int(self._points.max()) + 1, -1, dtype=np.int32)
+        self._lut[self._points] = np.arange(len(self.chars), dtype=np.int32)
 
     @classmethod
     def from_text(cls, text: str, placeholder: str | None = None) -> "CharTokenizer":
@@ -54,19 +54,21 @@ class CharTokenizer:
         return fingerprint_of(self.chars)
 
     def encode(self, text: str) -> np.ndarray:
-        """IDs for every character of `text` (vectorised); an unknown character is an error naming it."""
-        points = codepoints(text).astype(np.int64)
-        slot = np.searchsorted(self._sorted_points, points)
-        slot_clipped = np.minimum(slot, len(self._sorted_points) - 1)
-        unknown = self._sorted_points[slot_clipped] != points
-        if unknown.any():
-            pos = int(np.argmax(unknown))
+        """IDs for every character of `text` (one table lookup per character, vectorised); an unknown
+        character is an error naming it and its position."""
+        points = codepoints(text)
+        if points.size and int(points.max()) >= len(self._lut):
+            ids = np.where(points < len(self._lut), self._lut[np.minimum(points, len(self._lut) - 1)], -1)
+        else:
+            ids = self._lut[points]
+        if ids.size and int(ids.min()) < 0:
+            pos = int(np.argmax(ids < 0))
             ch = text[pos]
             raise DataError(
                 f"character {ch!r} (U+{ord(ch):04X}) at position {pos} is not in the tokenizer's vocabulary; "
                 "clean the text with the same settings as the training data (its placeholder maps unseen characters)."
             )
-        return self._order[slot_clipped]
+        return ids
 
     def decode(self, ids) -> str:
         ids = np.asarray(ids, dtype=np.int64)
