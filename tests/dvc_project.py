@@ -35,6 +35,9 @@ class DvcProject:
         }
         self.compose(overrides)
         self.git("init", "-q")
+        # DVC's experiment commits read the repository's config, not the GIT_* variables
+        self.git("config", "user.name", "test")
+        self.git("config", "user.email", "test@example.com")
         self.git("add", "-A")
         self.git("commit", "-q", "-m", "fixture project")
 
