@@ -372,7 +372,7 @@ def check_gradients(ctx: Context) -> dict:
         loss.backward()
     missing = [n for n, p in trainable if p.grad is None]
     nonfinite = [n for n, p in trainable if p.grad is not None and not torch.isfinite(p.grad).all()]
-    all_zero = [n for n, p in trainable if p.grad is not None and not nonfinite.count(n) and not p.grad.any()]
+    all_zero = [n for n, p in trainable if p.grad is not None and n not in nonfinite and not p.grad.any()]
     norms = {n: float(p.grad.norm()) for n, p in trainable if p.grad is not None}
     global_norm = math.sqrt(sum(v * v for v in norms.values()))
     measured.update(global_norm=global_norm, missing=missing, nonfinite=nonfinite, all_zero=all_zero,

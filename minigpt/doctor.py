@@ -11,7 +11,6 @@ import math
 import sys
 from pathlib import Path
 
-import torch
 
 from minigpt import batching
 from minigpt.checkpoint import load_checkpoint, model_from_checkpoint, require_tokenizer
@@ -22,6 +21,7 @@ from minigpt.errors import MinigptError
 from minigpt.evaluation import TRAINED_MARGIN
 from minigpt.paths import TOKENIZER_FILE
 from minigpt.tokenizer import CharTokenizer
+from minigpt.training import evaluate_model
 
 DOCTOR_BATCHES = 8
 # the preflight checks that make sense for trained weights (initial_loss and training from scratch do not)
@@ -30,16 +30,10 @@ APPLICABLE = ("environment", "files", "tokenizer", "token_ids", "batch_shift", "
 
 
 def check_trained_loss(ctx: Context) -> dict:
-    model = ctx.model
-    model.eval()
     gen = ctx.generator(7)
-    losses = []
-    with torch.no_grad():
-        for _ in range(DOCTOR_BATCHES):
-            inputs, targets = batching.get_batch(ctx.splits["val"], ctx.params.preflight.batch_size,
-                                                 ctx.model_config.block_size, ctx.device, gen)
-            losses.append(float(model(inputs, targets)[1]))
-    loss = sum(losses) / len(losses)
+    batches = [batching.get_batch(ctx.splits["val"], ctx.params.preflight.batch_size, ctx.model_config.block_size,
+                                  ctx.device, gen) for _ in range(DOCTOR_BATCHES)]
+    loss = evaluate_model(ctx.model, batches)
     baseline = math.log(ctx.model_config.vocab_size)
     measured = {"val_loss": loss, "log_v": baseline, "margin": TRAINED_MARGIN, "batches": DOCTOR_BATCHES}
     if not loss < baseline - TRAINED_MARGIN:

@@ -13,6 +13,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from minigpt.sampling import SamplingSettings, next_token_logits
+
 INIT_STD = 0.02
 
 
@@ -155,8 +157,6 @@ class MiniGPT(nn.Module):
         repetition_penalty: float = 1.0,
     ) -> torch.Tensor:
         """Append max_new_tokens sampled IDs to inputs [B, T]; context cropped to block_size, eval mode."""
-        from minigpt.sampling import SamplingSettings, next_token_logits
-
         settings = SamplingSettings(temperature, top_k, top_p, repetition_penalty)
         settings.validate(self.config.vocab_size, "sampling")
         was_training = self.training
