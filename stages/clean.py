@@ -7,8 +7,6 @@ from minigpt.paths import CLEAN_DIR, CLEAN_REPORT, RAW_DIR, SPLITS, clean_split_
 from minigpt.stage import read_text, stage_main
 
 
-
-
 def run(params):
     raw = {split: read_text(raw_split_path(RAW_DIR, split)) for split in SPLITS}
     cleaned, report = clean_splits(raw, params.clean)

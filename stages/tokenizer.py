@@ -6,8 +6,6 @@ from minigpt.stage import read_text, stage_main
 from minigpt.tokenizer import CharTokenizer
 
 
-
-
 def run(params):
     texts = {split: read_text(clean_split_path(split)) for split in SPLITS}
     tokenizer = CharTokenizer.from_text(texts["train"], placeholder=params.clean.placeholder)
