@@ -66,6 +66,8 @@ class ModelConfig:
 @dataclass(frozen=True)
 class TrainConfig:
     max_steps: int = field(metadata=_rule(_at_least(1), ">= 1"))
+    # a wall-clock budget for the loop (steps, periodic evals, checkpoints); null: max_steps alone decides
+    max_seconds: Optional[float] = field(metadata=_rule(_positive, "> 0 (or null for no time limit)"))
     batch_size: int = field(metadata=_rule(_at_least(1), ">= 1"))
     lr: float = field(metadata=_rule(_positive, "> 0"))
     min_lr: Optional[float] = field(metadata=_rule(_at_least(0), ">= 0 (or null for 10% of lr)"))

@@ -42,7 +42,7 @@ def window_plan(num_tokens: int, block_size: int, stride: int) -> list[tuple[int
     return plan
 
 
-@torch.no_grad()
+@torch.inference_mode()  # no autograd bookkeeping at all (cheaper than no_grad)
 def score_split(model, ids: np.ndarray | torch.Tensor, stride: int, batch_size: int, device: torch.device,
                 precision: str = "fp32") -> dict:
     """Mean NLL over every target of the split, with perplexity and bits per character."""

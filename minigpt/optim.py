@@ -33,13 +33,18 @@ def make_adamw(model: nn.Module, lr: float, weight_decay: float, betas=(0.9, 0.9
     return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), fused=fused or None)
 
 
-def cosine_with_warmup(step: int, warmup_steps: int, total_steps: int, max_lr: float, min_lr: float | None = None) -> float:
-    """Linear warmup from 0 to max_lr over warmup_steps, then cosine decay to min_lr (default 10% of max_lr)."""
+def cosine_with_warmup(step: int, warmup_steps: int, total_steps: int, max_lr: float, min_lr: float | None = None,
+                       time_fraction: float = 0.0) -> float:
+    """Linear warmup from 0 to max_lr over warmup_steps, then cosine decay to min_lr (default 10% of max_lr).
+
+    time_fraction is the share of a wall-clock budget already spent: after warmup the decay follows whichever
+    of step / total_steps and the clock is further along, so a time-limited run ends at min_lr either way.
+    """
     if min_lr is None:
         min_lr = 0.1 * max_lr
     if warmup_steps > 0 and step < warmup_steps:
         return max_lr * step / warmup_steps
-    if step >= total_steps:
+    progress = max((step - warmup_steps) / max(1, total_steps - warmup_steps), time_fraction)
+    if progress >= 1.0:
         return min_lr
-    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
     return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + math.cos(math.pi * progress))

@@ -250,6 +250,7 @@ class Progress:
     elapsed_s: float = 0.0
     clipped_steps: int = 0
     history: list[dict] = field(default_factory=list)
+    stopped_by: str = "max_steps"
 
 
 def _locate_nonfinite(raw_model: nn.Module, inputs, targets, precision: str) -> str | None:
@@ -305,15 +306,19 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
     per_rank_batch = cfg.batch_size // ddp.world
     tokens_per_step = cfg.batch_size * config.block_size
     log = RunLog(root / TRAIN_LOG, progress.history) if ddp.main else None
+    budget = cfg.max_seconds
     say(f"[train] {raw_model.num_parameters():,} parameters on {device} ({cfg.precision}, world {ddp.world}); "
-        f"steps {progress.step + 1}..{cfg.max_steps}, {tokens_per_step:,} tokens/step")
+        f"steps {progress.step + 1}..{cfg.max_steps}{f' or {budget:g} s of wall clock' if budget else ''}, "
+        f"{tokens_per_step:,} tokens/step")
     bar = _progress_bar(cfg.max_steps, progress.step, ddp.main)
     report_every = max(1, cfg.max_steps // 20)
+    next_report_s = progress.elapsed_s + (budget or math.inf) / 20
     model.train()
     try:
         for step in range(progress.step + 1, cfg.max_steps + 1):
             started = time.perf_counter()
-            lr = cosine_with_warmup(step, cfg.warmup_steps, cfg.max_steps, cfg.lr, cfg.min_lr)
+            time_fraction = progress.elapsed_s / budget if budget else 0.0
+            lr = cosine_with_warmup(step, cfg.warmup_steps, cfg.max_steps, cfg.lr, cfg.min_lr, time_fraction)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             inputs, targets = batching.get_batch(train_ids, per_rank_batch, config.block_size, device, batch_gen)
@@ -329,25 +334,34 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
             progress.step = step
             progress.clipped_steps += grad_norm > cfg.grad_clip
             step_s = time.perf_counter() - started
-            progress.elapsed_s += step_s
+            progress.elapsed_s = _agreed_clock(progress.elapsed_s + step_s, ddp, budget, device)
+            out_of_time = budget is not None and progress.elapsed_s >= budget
             record = {"step": step, "train_loss": round(loss_value, 6), "lr": lr, "grad_norm": round(grad_norm, 6),
                       "tokens_per_sec": round(tokens_per_step / step_s, 1), "elapsed_s": round(progress.elapsed_s, 3)}
-            if step % cfg.eval_every == 0 or step == cfg.max_steps:
+            if step % cfg.eval_every == 0 or step == cfg.max_steps or out_of_time:
+                eval_started = time.perf_counter()
                 batch_rng = _gather_batch_rng(batch_gen, ddp)  # every rank takes part
                 if ddp.main:
                     _evaluate_and_checkpoint(record, raw_model, val_batches, tokenizer, cfg, device, progress,
                                              optimizer, batch_rng, fingerprint, root, say)
                 if ddp.world > 1:
                     dist.barrier()
+                # evaluation and checkpoints spend the budget too: the clock is the loop's wall clock
+                progress.elapsed_s += time.perf_counter() - eval_started
             progress.history.append(record)
             if log is not None:
                 log.write(record)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{lr:.2e}", tok_s=f"{record['tokens_per_sec']:.0f}")
-            elif ddp.main and (step % report_every == 0 or step == cfg.max_steps):
-                say(f"[train] step {step}/{cfg.max_steps} loss {loss_value:.4f} lr {lr:.2e} "
+            elif ddp.main and (step % report_every == 0 or step == cfg.max_steps or out_of_time
+                               or progress.elapsed_s >= next_report_s):
+                next_report_s = progress.elapsed_s + (budget or math.inf) / 20
+                say(f"[train] step {step}/{cfg.max_steps} ({progress.elapsed_s:.0f} s) loss {loss_value:.4f} lr {lr:.2e} "
                     f"grad_norm {grad_norm:.3f} {record['tokens_per_sec']:.0f} tok/s")
+            if out_of_time:
+                progress.stopped_by = "max_seconds"
+                break
     finally:
         if bar is not None:
             bar.close()
@@ -362,6 +376,15 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
     if ddp.world > 1:
         dist.barrier()
     return summary
+
+
+def _agreed_clock(elapsed_s: float, ddp: Dist, budget: float | None, device: torch.device) -> float:
+    """The slowest rank's clock, so that under a time budget every rank applies the same LR and stops together."""
+    if budget is None or ddp.world == 1:
+        return elapsed_s
+    clock = torch.tensor([elapsed_s], dtype=torch.float64, device=device)  # nccl reduces GPU tensors only
+    dist.all_reduce(clock, op=dist.ReduceOp.MAX)
+    return float(clock.item())
 
 
 def _gather_batch_rng(batch_gen: torch.Generator, ddp: Dist) -> list[torch.Tensor]:
@@ -432,6 +455,8 @@ def _summary(progress: Progress, cfg, device, ddp: Dist, model, checkpoint) -> d
         "best_val_loss": progress.best_val_loss,
         "best_step": progress.best_step,
         "train_seconds": round(progress.elapsed_s, 2),
+        "stopped_by": progress.stopped_by,
+        "max_seconds": cfg.max_seconds,
         "tokens_per_sec_median": rates[len(rates) // 2],
         "clipped_fraction": progress.clipped_steps / max(1, progress.step),
         "resumed_from_step": checkpoint["step"] if checkpoint else None,

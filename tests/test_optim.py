@@ -43,3 +43,11 @@ def test_cosine_with_warmup_at_its_boundaries():
     values = [lr(s) for s in range(10, 111)]
     assert all(a >= b for a, b in zip(values, values[1:]))
     assert not math.isnan(cosine_with_warmup(5, 10, 5, 1.0))
+
+
+def test_time_budget_clock_drives_the_decay_when_it_is_further_along():
+    lr = lambda s, f: cosine_with_warmup(s, warmup_steps=10, total_steps=1010, max_lr=1e-3, time_fraction=f)  # noqa: E731
+    assert lr(5, 0.9) == pytest.approx(5e-4), "warmup stays in steps"
+    assert lr(20, 0.5) == pytest.approx(1e-4 + 0.5 * 9e-4), "half the budget spent: half-way down the cosine"
+    assert lr(20, 1.0) == pytest.approx(1e-4) and lr(20, 3.0) == pytest.approx(1e-4)
+    assert lr(510, 0.1) == pytest.approx(lr(510, 0.0)), "the step count wins when it is further along"

@@ -205,3 +205,34 @@ def test_two_process_ddp_run(project):
     assert metrics["world_size"] == 2
     ckpt = load_checkpoint(root / "models/mini_gpt_latest.pt")
     assert len(ckpt["batch_rng"]) == 2 and not torch.equal(ckpt["batch_rng"][0], ckpt["batch_rng"][1])
+
+
+def test_time_budget_stops_the_run_and_decays_the_lr_on_the_clock(project):
+    root, source = project
+    params = recompose(root, source, ["train.max_steps=1000000", "train.max_seconds=3", "train.eval_every=100000",
+                                      "train.eval_batches=2", "train.sample_length=0", "train.warmup_steps=5"])
+    summary = train(params, root, require_gate=False, out=lambda _m: None)
+    log = read_log(root)
+    assert summary["stopped_by"] == "max_seconds" and 5 < summary["steps"] < 1_000_000
+    assert [r["step"] for r in log] == list(range(1, summary["steps"] + 1))
+    assert 3.0 <= log[-1]["elapsed_s"] < 4.0, "stops on the first step past the budget"
+    assert "val_loss" in log[-1], "the last step is evaluated and checkpointed"
+    assert load_checkpoint(root / "models/mini_gpt_latest.pt")["step"] == summary["steps"]
+    lrs = [r["lr"] for r in log[5:]]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:])) and lrs[-1] < 0.15 * params.train.lr, \
+        "after warmup the LR follows the clock down to min_lr (10% of lr)"
+
+
+def test_time_budget_under_ddp_stops_every_rank_at_the_same_step(project):
+    root, source = project
+    params = recompose(root, source, ["train.max_steps=1000000", "train.max_seconds=4", "train.eval_every=100000",
+                                      "train.eval_batches=2", "train.sample_length=0"])
+    run_preflight(params, root)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             str(REPO_ROOT / "stages/train.py")], cwd=root, capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr  # a rank left behind would hang until the timeout
+    metrics = json.loads((root / "reports/train_metrics.json").read_text())
+    assert metrics["stopped_by"] == "max_seconds" and metrics["world_size"] == 2
+    assert read_log(root)[-1]["step"] == metrics["steps"]
