@@ -10,18 +10,10 @@ import torch
 from minigpt.errors import DataError
 from minigpt.io_utils import atomic_directory, atomic_write_json, read_json, sha256_file
 from minigpt.paths import SPLITS
-from minigpt.tokenizer import CharTokenizer
+from minigpt.tokenizer import CharTokenizer, ids_dtype  # noqa: F401  (ids_dtype: part of this module's API)
 
 
 META_NAME = "meta.json"
-
-
-def ids_dtype(vocab_size: int) -> np.dtype:
-    """The smallest unsigned dtype that holds every ID: uint8 up to 256 symbols, else uint16 (else uint32)."""
-    for dtype in (np.uint8, np.uint16, np.uint32):
-        if vocab_size - 1 <= np.iinfo(dtype).max:
-            return np.dtype(dtype)
-    raise DataError(f"vocabulary of {vocab_size} characters is too large")
 
 
 def encode_splits(texts: dict[str, str], tokenizer: CharTokenizer, out_dir: str | Path) -> dict:
@@ -30,7 +22,7 @@ def encode_splits(texts: dict[str, str], tokenizer: CharTokenizer, out_dir: str 
     meta = {"tokenizer_fingerprint": tokenizer.fingerprint, "vocab_size": tokenizer.vocab_size, "dtype": dtype.name, "splits": {}}
     with atomic_directory(out_dir) as tmp:
         for split in SPLITS:
-            ids = tokenizer.encode(texts[split]).astype(dtype)
+            ids = tokenizer.encode(texts[split]).astype(dtype, copy=False)
             file = tmp / f"{split}.npy"
             np.save(file, ids, allow_pickle=False)
             meta["splits"][split] = {"file": file.name, "length": int(ids.size), "sha256": sha256_file(file)}
