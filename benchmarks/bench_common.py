@@ -24,3 +24,38 @@ def model_preset(name: str, vocab: int) -> MiniGPTConfig:
 def flops_per_token(config: MiniGPTConfig, params: int) -> float:
     """Training FLOPs per token: 6 x parameters, plus attention scores and values (12 x layers x T x width)."""
     return 6 * params + 12 * config.num_layers * config.block_size * config.embedding_dim
+
+
+DATA_STAGES = ("fetch", "clean", "tokenizer", "encode")
+
+
+def compose_project(work: Path, corpus: Path, overrides: list[str]):
+    """params.yaml in `work` for the local corpus folder plus Hydra overrides; returns the validated Params."""
+    from minigpt.compose import compose_params
+    from minigpt.config import load_params
+
+    compose_params(work / "params.yaml", ROOT / "conf", ["data=local", f"data.path={corpus.resolve()}", *overrides])
+    return load_params(work / "params.yaml")
+
+
+def prepare_project(work: Path, corpus: Path) -> None:
+    """A scratch project in `work`: the real data stages (fetch -> encode) run on a local WikiText-format folder."""
+    import subprocess
+
+    work.mkdir(parents=True, exist_ok=True)
+    compose_project(work, corpus, [])
+    for stage in DATA_STAGES:
+        subprocess.run([sys.executable, str(ROOT / "stages" / f"{stage}.py")], cwd=work, check=True,
+                       stdout=subprocess.DEVNULL)
+
+
+def synthetic_corpus(folder: Path) -> Path:
+    """The tests' WikiText-shaped fixture written as wiki.{train,valid,test}.raw (used when no corpus is given)."""
+    if str(ROOT / "tests") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tests"))
+    from wikitext_fixture import make_texts
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in make_texts().items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder

@@ -1,7 +1,10 @@
 """The benchmark harness: one command prints a table and writes benchmarks/results.json.
 
-    python benchmarks/harness.py                 # the measurements (several minutes on 2 cores)
-    python benchmarks/harness.py --smoke         # seconds: every code path once, tiny sizes (CI runs this)
+    python benchmarks/harness.py --corpus ../shared/wt2-mini   # the measurements (several minutes on 2 cores)
+    python benchmarks/harness.py --smoke                        # seconds: every code path once, tiny sizes (CI)
+
+--corpus is a folder in WikiText raw format (wiki.{train,valid,test}.raw): the data-stage text is built from its
+train file, and preflight runs on a scratch project made from it (without it, the tests' synthetic fixture).
 
 Timings on shared machines are noisy: every figure is a median of several rounds, and variants that are
 compared are measured side by side (interleaved) in the same run, so the ratios are what to read.
@@ -10,11 +13,17 @@ compared are measured side by side (interleaved) in the same run, so the ratios 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import multiprocessing
+import os
 import platform
 import resource
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,16 +31,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bench_common import ROOT, flops_per_token, model_preset  # noqa: E402  (also puts the repo on sys.path)
+from bench_common import (ROOT, compose_project, flops_per_token, model_preset, prepare_project,  # noqa: E402
+                          synthetic_corpus)  # (bench_common also puts the repo on sys.path)
 from minigpt import model as model_module  # noqa: E402
 from minigpt.cleaning import clean_splits  # noqa: E402
 from minigpt.config import CleanConfig  # noqa: E402
+from minigpt.diagnostics import run_preflight  # noqa: E402
 from minigpt.evaluation import score_split  # noqa: E402
 from minigpt.model import MiniGPT  # noqa: E402
 from minigpt.optim import build_param_groups  # noqa: E402
 from minigpt.tokenizer import CharTokenizer  # noqa: E402
-from minigpt.training import calc_loss_batch  # noqa: E402
-
+from minigpt.training import calc_loss_batch, train  # noqa: E402
 
 
 def median_time(fn, rounds: int) -> float:
@@ -69,6 +79,14 @@ def manual_causal_attention(q, k, v, dropout_p):
     return F.dropout(weights, dropout_p) @ v
 
 
+# the project's own training path in each precision (what MFU and the other ratios are quoted against)
+PROJECT_VARIANT = {"fp32": "fp32 (SDPA, foreach AdamW)", "bf16": "bf16 autocast"}
+
+
+def project_rate(training: dict, precision: str) -> float:
+    return next(r["tokens_per_sec"] for r in training["rows"] if r["variant"] == PROJECT_VARIANT[precision])
+
+
 class Variant:
     def __init__(self, name, config, batch, precision="fp32", baseline=False, compiled=False):
         self.name, self.precision, self.baseline = name, precision, baseline
@@ -98,8 +116,11 @@ class Variant:
 def training_speed(preset: str, batch: int, vocab: int, steps: int, rounds: int, compile_too: bool, peaks: dict) -> dict:
     config = model_preset(preset, vocab)
     variants = [Variant("baseline (manual attention, unfused AdamW, fp32)", config, batch, baseline=True),
-                Variant("fp32 (SDPA, foreach AdamW)", config, batch),
-                Variant("bf16 autocast", config, batch, "bf16")]
+                Variant(PROJECT_VARIANT["fp32"], config, batch),
+                Variant(PROJECT_VARIANT["bf16"], config, batch, "bf16")]
+    if config.dropout:
+        # dropout's random masks, and attention-weight dropout forcing SDPA off its fused kernel, cost time
+        variants.append(Variant("bf16 autocast, dropout 0 (not the preset)", dataclasses.replace(config, dropout=0.0), batch, "bf16"))
     if compile_too:
         variants.append(Variant("bf16 autocast + torch.compile", config, batch, "bf16", compiled=True))
     for v in variants:
@@ -121,6 +142,40 @@ def training_speed(preset: str, batch: int, vocab: int, steps: int, rounds: int,
             "flops_per_token": fpt, "rows": rows}
 
 
+def step_gemms(config, batch: int) -> list[tuple[int, int, int, int]]:
+    """(m, k, n, count): the matrix products of one training step (forward and backward) of MiniGPT."""
+    n_tok, width, hidden, vocab = batch * config.block_size, config.embedding_dim, config.expansion_factor * config.embedding_dim, config.vocab_size
+    heads, t, d = config.num_heads, config.block_size, config.embedding_dim // config.num_heads
+    gemms = []
+    linears = [(width, 3 * width), (width, width), (width, hidden), (hidden, width)] * config.num_layers + [(width, vocab)]
+    for fan_in, fan_out in linears:
+        gemms += [(n_tok, fan_in, fan_out, 1),   # forward
+                  (n_tok, fan_out, fan_in, 1),   # gradient of the input
+                  (fan_in, n_tok, fan_out, 1)]   # gradient of the weight
+    # attention per (sequence, head): scores q k^T and the weighted sum, each with two backward products
+    gemms += [(t, d, t, 3 * batch * heads * config.num_layers), (t, t, d, 3 * batch * heads * config.num_layers)]
+    return gemms
+
+
+def gemm_bound(preset: str, batch: int, vocab: int, rounds: int, training: dict, peaks: dict) -> dict:
+    """The step's matrix products alone, timed at their real shapes in each precision: the time a step would take
+    if every other op (norms, GELU, softmax, dropout, casts, AdamW, autograd) were free, and the MFU that gives."""
+    config = model_preset(preset, vocab)
+    rows = []
+    for precision, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        total_s, flops = 0.0, 0.0
+        for m, k, n, count in step_gemms(config, batch):
+            a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+            a @ b
+            total_s += count * median_time(lambda: a @ b, rounds)
+            flops += count * 2 * m * k * n
+        step_s = batch * config.block_size / project_rate(training, precision)
+        rows.append({"precision": precision, "gemm_seconds": total_s, "step_seconds": step_s, "gemm_share": total_s / step_s,
+                     "gemm_flops_per_sec": flops / total_s,
+                     "mfu_if_only_gemms": training["flops_per_token"] * batch * config.block_size / total_s / peaks[precision]})
+    return {"preset": preset, "batch": batch, "rows": rows}
+
+
 # ---------------------------------------------------------------------------------------- 4. data stages
 
 def data_stages(text: str, rounds: int) -> dict:
@@ -137,22 +192,130 @@ def data_stages(text: str, rounds: int) -> dict:
     encode_s = median_time(lambda: tok.encode(cleaned["train"]), rounds)
     stoi = {ch: i for i, ch in enumerate(tok.chars)}
     sample = cleaned["train"][: max(1, len(cleaned["train"]) // 10)]
-    naive_s = median_time(lambda: np.array([stoi[ch] for ch in sample], dtype=np.int64), rounds) * len(cleaned["train"]) / len(sample)
+    scale = len(cleaned["train"]) / len(sample)
+
+    def append_loop():  # the bare per-character loop: a Python list of IDs, not yet an array
+        ids = []
+        for ch in sample:
+            ids.append(stoi[ch])
+        return ids
+
+    # the guide's way: a list comprehension turned into an array the model can index
+    naive_s = median_time(lambda: np.array([stoi[ch] for ch in sample], dtype=np.int64), rounds) * scale
+    loop_s = median_time(append_loop, rounds) * scale
     return {"characters": len(text), "clean_s": clean_s, "tokenizer_s": tokenizer_s, "encode_s": encode_s,
             "naive_encode_s": naive_s, "encode_speedup_vs_naive": naive_s / encode_s,
-            "total_s": clean_s + tokenizer_s + encode_s, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "append_loop_s": loop_s, "encode_speedup_vs_append_loop": loop_s / encode_s,
+            "total_s": clean_s + tokenizer_s + encode_s}
+
+
+def data_stage_text(train_file: Path, target: int) -> str:
+    base = train_file.read_text(encoding="utf-8")
+    return (base * (target // len(base) + 1))[:target]
+
+
+def _data_stages_once(train_file: Path, target: int) -> None:
+    data_stages(data_stage_text(train_file, target), 1)
+
+
+# -------------------------------------------------------------------------------------------- memory
+
+def high_water_mb() -> float:
+    """This process's peak resident memory. Linux: VmHWM, which belongs to the current address space (ru_maxrss
+    would carry the parent's peak over fork + exec); elsewhere ru_maxrss."""
+    try:
+        status = Path("/proc/self/status").read_text()
+        return next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration):
+        scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 1024 / 1024
+
+
+def _report_peak(queue, target, args) -> None:
+    after_imports = high_water_mb()
+    target(*args)
+    queue.put({"after_imports_mb": after_imports, "peak_rss_mb": high_water_mb()})
+
+
+def peak_rss(target, *args) -> dict:
+    """Peak resident memory of target(*args) run alone in a fresh (spawned) process."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=_report_peak, args=(queue, target, args))
+    child.start()
+    result = queue.get()
+    child.join()
+    return result
+
+
+def _train_steps(params, work: Path) -> None:
+    train(params, work, require_gate=False, out=lambda _msg: None)
+
+
+def training_memory(work: Path, corpus: Path, base: list[str], step_counts: list[int]) -> list[dict]:
+    """Peak RSS of the real training loop for growing run lengths: bounded memory reads as a flat column."""
+    rows = []
+    for steps in step_counts:
+        params = compose_project(work, corpus, [*base, f"train.max_steps={steps}", f"train.eval_every={max(1, steps // 2)}",
+                                                "train.sample_length=0"])
+        rows.append({"steps": steps, **peak_rss(_train_steps, params, work)})
+    return rows
+
+
+# ------------------------------------------------------------------------------------ no-op dvc repro
+
+def noop_repro(scratch: Path, corpus: Path, rounds: int) -> dict:
+    """A copy of the working tree's tracked files as a fresh git repo; the whole DAG at debug scale once,
+    then `dvc repro` with nothing changed, timed (DVC hashes deps and params and finds nothing to run)."""
+    repo = scratch / "repo"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, tracked):
+        if (ROOT / name).is_file():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, repo / name)
+    git = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True)  # noqa: E731
+    git("init", "-q")
+    git("config", "user.name", "minigpt harness")
+    git("config", "user.email", "harness@minigpt.invalid")
+    git("add", "-A")
+    git("commit", "-qm", "snapshot")
+    compose_project(repo, corpus, ["experiment=debug"])
+    dvc = [sys.executable, "-m", "dvc", "repro", "-q"]
+    # the stage commands say `python`: this interpreter's environment first on PATH, as `make` does
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    first = subprocess.run(dvc, cwd=repo, capture_output=True, text=True, env=env)
+    if first.returncode:
+        raise SystemExit(f"dvc repro in {repo} failed:\n{first.stdout}{first.stderr}")
+    seconds = median_time(lambda: subprocess.run(dvc, cwd=repo, check=True, capture_output=True, env=env), rounds)
+    return {"stages": 8, "noop_repro_s": seconds}
+
+
+# ---------------------------------------------------------------------------- preflight vs a production run
+
+def preflight_share(work: Path, corpus: Path, base: list[str], production_tokens_per_sec: float) -> dict:
+    params = compose_project(work, corpus, base)
+    report = run_preflight(params, work)
+    run_s = params.train.max_steps * params.train.batch_size * params.model.block_size / production_tokens_per_sec
+    return {"passed": report["passed"], "preflight_s": report["seconds"]["total"],
+            "without_overfit_s": report["seconds"]["without_overfit"], "production_run_s": run_s,
+            "share_without_overfit": report["seconds"]["without_overfit"] / run_s}
 
 
 # ---------------------------------------------------------------------------------------------- 5. eval
 
-def evaluation_speed(preset: str, vocab: int, tokens: int, rounds: int) -> dict:
+def evaluation_speed(preset: str, vocab: int, tokens: int, rounds: int, batch: int, training: dict) -> dict:
+    """Full-split scoring tokens/s in each precision, against training tokens/s in the same precision."""
     config = model_preset(preset, vocab)
     torch.manual_seed(0)
     model = MiniGPT(config)
     ids = np.random.default_rng(0).integers(0, vocab, tokens)
     stride = config.block_size // 2
-    seconds = median_time(lambda: score_split(model, ids, stride, 64, torch.device("cpu")), rounds)
-    return {"preset": preset, "tokens": tokens, "stride": stride, "tokens_per_sec": tokens / seconds}
+    rows = []
+    for precision in ("fp32", "bf16"):
+        seconds = median_time(lambda: score_split(model, ids, stride, batch, torch.device("cpu"), precision), rounds)
+        rows.append({"precision": precision, "tokens_per_sec": tokens / seconds,
+                     "vs_training": tokens / seconds / project_rate(training, precision)})
+    return {"preset": preset, "tokens": tokens, "stride": stride, "batch": batch, "rows": rows}
 
 
 # ---------------------------------------------------------------------------------------------- table
@@ -160,7 +323,7 @@ def evaluation_speed(preset: str, vocab: int, tokens: int, rounds: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one round: checks the code paths in seconds")
-    parser.add_argument("--corpus", type=Path, help="a wiki.train.raw to build the data-stage text from (else synthetic)")
+    parser.add_argument("--corpus", type=Path, help="a folder with wiki.{train,valid,test}.raw (else the synthetic fixture)")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (slow to compile on CPU)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results.json")
     args = parser.parse_args()
@@ -182,20 +345,26 @@ def main() -> None:
         result["training"] = [training_speed("debug", 8, vocab, 20, rounds, args.compile, peaks),
                               training_speed("production", 32, vocab, 3, rounds, args.compile, peaks)]
 
-    if args.corpus:
-        base = args.corpus.read_text(encoding="utf-8")
-    else:
-        sys.path.insert(0, str(ROOT / "tests"))
-        from wikitext_fixture import make_texts
-
-        base = make_texts()["wiki.train.raw"]
+    result["gemm_bound"] = gemm_bound(result["training"][-1]["preset"], result["training"][-1]["batch"], vocab,
+                                      rounds, result["training"][-1], peaks)
+    scratch = Path(tempfile.mkdtemp(prefix="minigpt-harness-"))
+    corpus = args.corpus or synthetic_corpus(scratch / "corpus")
     target = 20_000 if args.smoke else 13_500_000  # WikiText-2's size
-    text = (base * (target // len(base) + 1))[:target]
-    result["data_stages"] = data_stages(text, 1 if args.smoke else 3)
+    train_file = corpus / "wiki.train.raw"
+    result["data_stages"] = data_stages(data_stage_text(train_file, target), 1 if args.smoke else 3)
+    result["data_stages"]["memory"] = peak_rss(_data_stages_once, train_file, target)
 
-    result["evaluation"] = evaluation_speed("debug" if args.smoke else "production", vocab, 2_000 if args.smoke else 60_000, rounds)
-    prod_train = next(r for r in result["training"][-1]["rows"] if r["precision"] == "fp32" and "SDPA" in r["variant"])
-    result["evaluation"]["vs_training_tokens_per_sec"] = result["evaluation"]["tokens_per_sec"] / prod_train["tokens_per_sec"]
+    big = result["training"][-1]
+    result["evaluation"] = evaluation_speed(big["preset"], vocab, 2_000 if args.smoke else 60_000, rounds,
+                                            64, big)  # evaluate.batch_size
+
+    work = scratch / "project"
+    prepare_project(work, corpus)
+    base = ["experiment=debug"] if args.smoke else []  # the production defaults
+    result["preflight"] = preflight_share(work, corpus, base, project_rate(big, "bf16"))
+    result["training_memory"] = training_memory(work, corpus, base, [2, 4] if args.smoke else [20, 80])
+    result["dvc"] = noop_repro(scratch, corpus, 1 if args.smoke else 3)
+    shutil.rmtree(scratch, ignore_errors=True)
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
@@ -212,13 +381,27 @@ def print_table(r: dict) -> None:
         print(f"  {'variant':<50} {'tokens/s':>10} {'x base':>7} {'MFU':>6}")
         for row in t["rows"]:
             print(f"  {row['variant']:<50} {row['tokens_per_sec']:>10,.0f} {row['vs_baseline']:>7.2f} {row['mfu']:>6.1%}")
+    for g in r["gemm_bound"]["rows"]:
+        print(f"  {g['precision']}: the step's matrix products alone take {g['gemm_seconds'] * 1e3:.0f} ms of its "
+              f"{g['step_seconds'] * 1e3:.0f} ms ({g['gemm_share']:.0%}), at {g['gemm_flops_per_sec'] / 1e9:,.0f} GFLOP/s: "
+              f"MFU {g['mfu_if_only_gemms']:.0%} if every other op were free")
     d = r["data_stages"]
     print(f"\ndata stages on {d['characters']:,} characters: clean {d['clean_s']:.2f}s, tokenizer {d['tokenizer_s']:.2f}s, "
-          f"encode {d['encode_s']:.2f}s (naive per-character loop {d['naive_encode_s']:.2f}s: {d['encode_speedup_vs_naive']:.0f}x); "
-          f"peak RSS {d['peak_rss_mb']:,.0f} MB")
+          f"encode {d['encode_s']:.3f}s ({d['encode_speedup_vs_naive']:.0f}x a per-character list comprehension to an array, "
+          f"{d['naive_encode_s']:.2f}s; {d['encode_speedup_vs_append_loop']:.0f}x a bare append loop, {d['append_loop_s']:.2f}s); "
+          f"peak RSS {d['memory']['peak_rss_mb']:,.0f} MB ({d['memory']['after_imports_mb']:,.0f} MB after imports)")
     e = r["evaluation"]
-    print(f"evaluation ({e['preset']}, stride {e['stride']}): {e['tokens_per_sec']:,.0f} tokens/s = "
-          f"{e['vs_training_tokens_per_sec']:.1f}x fp32 training tokens/s")
+    for row in e["rows"]:
+        print(f"evaluation ({e['preset']}, stride {e['stride']}, batch {e['batch']}, {row['precision']}): "
+              f"{row['tokens_per_sec']:,.0f} tokens/s = {row['vs_training']:.1f}x {row['precision']} training tokens/s")
+    p = r["preflight"]
+    print(f"preflight: {p['preflight_s']:.1f}s, {p['without_overfit_s']:.1f}s without the overfit check = "
+          f"{p['share_without_overfit']:.2%} of a production run ({p['production_run_s'] / 60:.0f} min at the bf16 rate)"
+          f"{'' if p['passed'] else '  (FAILED)'}")
+    print(f"no-op `dvc repro` ({r['dvc']['stages']} stages, all up to date): {r['dvc']['noop_repro_s']:.2f}s")
+    for m in r["training_memory"]:
+        print(f"training memory, {m['steps']} steps: peak RSS {m['peak_rss_mb']:,.0f} MB "
+              f"({m['after_imports_mb']:,.0f} MB after imports)")
 
 
 if __name__ == "__main__":

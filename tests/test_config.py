@@ -34,6 +34,16 @@ def test_debug_experiment_switches_model_and_training_to_debug_scale(tmp_path):
     assert params.train.batch_size == 8 and params.train.max_steps == 200
 
 
+@pytest.mark.parametrize("preset,seconds", [("budget-72s", 72), ("budget-15m", 900)])
+def test_time_budget_presets_compose_to_clock_limited_runs(tmp_path, preset, seconds):
+    out = tmp_path / "params.yaml"
+    compose_params(out, REPO_ROOT / "conf", [f"experiment={preset}"])
+    params = load_params(out)
+    assert params.train.max_seconds == seconds and params.train.precision == "bf16"
+    assert params.train.max_steps * params.train.batch_size * params.model.block_size > 100 * seconds * 30_000, \
+        "max_steps must not end the run before the clock does"
+
+
 def test_committed_params_validate():
     params = load_params(REPO_ROOT / "params.yaml")
     assert params.data.source == "wikitext2" and params.data.path is None
@@ -52,6 +62,7 @@ def test_committed_params_validate():
         ("model", "num_heads", 3, "not divisible by 'model.num_heads' = 3; allowed num_heads for this width: 1, 2, 4, 8"),
         ("train", "precision", "fp16", "expected one of 'fp32', 'bf16'"),
         ("train", "compile", 1, "'train.compile' = 1 has the wrong type"),
+        ("train", "max_seconds", 0, "'train.max_seconds' = 0 is invalid; it must be > 0 (or null for no time limit)"),
         ("clean", "unicode_form", "NFX", "one of 'NFC', 'NFKC', 'NFD', 'NFKD', 'none'"),
         ("clean", "placeholder", "??", "exactly one character"),
     ],

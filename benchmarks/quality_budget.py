@@ -1,0 +1,128 @@
+"""Quality per wall clock: val bits per character after a fixed training budget, through the real pipeline code.
+
+    python benchmarks/quality_budget.py --corpus ../shared/wt2-mini                 # reference + 72 s preset
+    python benchmarks/quality_budget.py --corpus ../shared/wt2-mini --long          # + the 15-minute preset
+    python benchmarks/quality_budget.py --corpus DIR --run name 'model.num_layers=6' 'train.lr=2e-3' ...
+    python benchmarks/quality_budget.py --smoke        # seconds, on the tests' synthetic fixture (CI runs this)
+
+Each run: the data stages once (cached in the work folder), then per run preflight (the real gate, timed),
+train (`train.max_seconds` ends it), and full-split evaluation of the best checkpoint (every val/test character
+scored once with >= block_size/2 characters of context). The reference is nanoGPT's README CPU recipe
+(4 layers, 4 heads, width 128, block 64, batch 12, 2000 steps, lr 1e-3 -> 1e-4, fp32) run by this project's
+loop, so the comparison is side by side on the same machine and data. Results go to benchmarks/results_quality.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench_common import ROOT, compose_project, prepare_project, synthetic_corpus  # noqa: E402  (also puts the repo on sys.path)
+from minigpt.diagnostics import run_preflight  # noqa: E402
+from minigpt.encoding import load_ids  # noqa: E402
+from minigpt.evaluation import evaluate_checkpoint  # noqa: E402
+from minigpt.paths import ENCODED_DIR  # noqa: E402
+from minigpt.training import train  # noqa: E402
+
+# nanoGPT README, "I only have a macbook": train_shakespeare_char.py with these CPU overrides (dropout 0)
+REFERENCE = ["model.num_layers=4", "model.num_heads=4", "model.embedding_dim=128", "model.block_size=64",
+             "model.dropout=0.0", "train.batch_size=12", "train.max_steps=2000", "train.warmup_steps=100",
+             "train.lr=1e-3", "train.min_lr=1e-4", "train.betas=[0.9,0.99]", "train.weight_decay=0.1",
+             "train.grad_clip=1.0", "train.precision=fp32", "train.eval_every=250", "train.eval_batches=20"]
+RUNS = {
+    "nanoGPT CPU recipe (reference)": REFERENCE,
+    "budget-72s preset": ["experiment=budget-72s"],
+}
+LONG_RUNS = {"budget-15m preset": ["experiment=budget-15m"]}
+SMOKE_RUNS = {"budget-72s preset, 3 s": ["experiment=budget-72s", "train.max_seconds=3"]}
+QUIET = ["train.sample_length=0"]
+
+
+def nanogpt_style_estimate(checkpoint_metrics: dict, params, work: Path) -> float:
+    """nanoGPT's estimate_loss: the mean loss of 20 random val batches (batch 12, the model's block), in bpc."""
+    from minigpt.checkpoint import load_checkpoint, model_from_checkpoint
+    from minigpt.training import evaluate_model
+
+    model = model_from_checkpoint(load_checkpoint(Path(checkpoint_metrics["checkpoint"])), torch.device("cpu"), "best")
+    val = torch.as_tensor(load_ids(work / ENCODED_DIR, "val").astype(np.int64))
+    gen = torch.Generator().manual_seed(0)
+    block = model.config.block_size
+    batches = []
+    for _ in range(20):
+        starts = torch.randint(len(val) - block - 1, (12,), generator=gen)
+        index = starts[:, None] + torch.arange(block)
+        batches.append((val[index], val[index + 1]))
+    return evaluate_model(model, batches) / math.log(2)
+
+
+def one_run(name: str, overrides: list[str], work: Path, corpus: Path) -> dict:
+    params = compose_project(work, corpus, [*overrides, *QUIET])
+    for stale in ("models/mini_gpt_latest.pt", "models/mini_gpt_best.pt"):
+        (work / stale).unlink(missing_ok=True)  # every run starts fresh
+    started = time.perf_counter()
+    report = run_preflight(params, work)
+    preflight_s = time.perf_counter() - started
+    if not report["passed"]:  # the gate refuses this configuration: recorded, and the next run goes on
+        print(f"  preflight failed ({', '.join(report['failed'])}): not trained", flush=True)
+        return {"name": name, "overrides": overrides, "preflight_failed": report["failed"]}
+    summary = train(params, work, out=lambda msg: print(f"  {msg}", flush=True))
+    metrics = evaluate_checkpoint(params, work)
+    return {"name": name, "overrides": overrides, "parameters": summary["parameters"], "steps": summary["steps"],
+            "stopped_by": summary["stopped_by"], "train_seconds": summary["train_seconds"],
+            "tokens_per_sec_median": summary["tokens_per_sec_median"], "preflight_seconds": preflight_s,
+            "tokens_seen": summary["steps"] * params.train.batch_size * params.model.block_size,
+            "val_bpc": metrics["val"]["bpc"], "test_bpc": metrics["test"]["bpc"],
+            "val_bpc_20_random_batches": nanogpt_style_estimate(metrics, params, work),
+            "best_step": metrics["best_step"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path, help="a folder with wiki.{train,valid,test}.raw")
+    parser.add_argument("--smoke", action="store_true", help="one 3-second run on the synthetic fixture (not a result)")
+    parser.add_argument("--long", action="store_true", help="also run the 15-minute preset")
+    parser.add_argument("--run", nargs="+", action="append", metavar=("NAME", "OVERRIDE"),
+                        help="an extra run: a name, then Hydra overrides (repeatable); replaces the default runs")
+    parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / ".work", help="scratch project folder")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results_quality.json")
+    args = parser.parse_args()
+    if args.smoke:
+        scratch = Path(tempfile.mkdtemp(prefix="minigpt-quality-"))
+        args.corpus, args.work, runs = synthetic_corpus(scratch / "corpus"), scratch / "project", SMOKE_RUNS
+    elif args.corpus is None:
+        parser.error("--corpus is required (or --smoke)")
+    else:
+        runs = {r[0]: r[1:] for r in args.run} if args.run else {**RUNS, **(LONG_RUNS if args.long else {})}
+    prepare_project(args.work, args.corpus)
+    results = []
+    for name, overrides in runs.items():
+        print(f"== {name}: {' '.join(overrides)}", flush=True)
+        results.append(one_run(name, overrides, args.work, args.corpus))
+        print_table(results)
+    out = {"machine": {"platform": platform.platform(), "torch": torch.__version__, "threads": torch.get_num_threads()},
+           "corpus": str(args.corpus), "runs": results}
+    args.out.write_text(json.dumps(out, indent=2))
+    print(f"\nwrote {args.out}")
+
+
+def print_table(results: list[dict]) -> None:
+    print(f"\n{'run':<34} {'params':>9} {'steps':>6} {'train s':>8} {'tok/s':>7} {'val bpc':>8} {'20-batch':>8} {'test bpc':>8}")
+    for r in results:
+        if "preflight_failed" in r:
+            print(f"{r['name']:<34} preflight failed: {', '.join(r['preflight_failed'])}")
+            continue
+        print(f"{r['name']:<34} {r['parameters']:>9,} {r['steps']:>6} {r['train_seconds']:>8.1f} "
+              f"{r['tokens_per_sec_median']:>7,.0f} {r['val_bpc']:>8.3f} {r['val_bpc_20_random_batches']:>8.3f} {r['test_bpc']:>8.3f}")
+    print(flush=True)
+
+
+if __name__ == "__main__":
+    main()
