@@ -419,11 +419,16 @@ def check_optimizer_update(ctx: Context) -> dict:
     return measured
 
 
-def _train_steps(model: nn.Module, optimizer, ctx: Context, steps: int, batch_fn, grad_clip: float | None):
-    """Plain training steps; returns (losses, failure text or None). Stops at the first non-finite value."""
+def _train_steps(model: nn.Module, optimizer, ctx: Context, steps: int, batch_fn, grad_clip: float | None,
+                 lr_at: Callable[[int], float] | None = None):
+    """Plain training steps (at lr_at(step) when given); returns (losses, failure text or None). Stops at the first
+    non-finite value."""
     losses = []
     with NonFiniteTracker(model) as tracker:
         for step in range(steps):
+            if lr_at is not None:
+                for group in optimizer.param_groups:
+                    group["lr"] = lr_at(step)
             inputs, targets = batch_fn(step)
             tracker.reset()
             _, loss = model(inputs, targets)
@@ -441,6 +446,10 @@ def _train_steps(model: nn.Module, optimizer, ctx: Context, steps: int, batch_fn
     return losses, None
 
 
+def lr_stability_warmup(ctx: Context) -> int:
+    return min(ctx.params.train.warmup_steps, ctx.params.preflight.lr_stability_steps)
+
+
 def check_lr_stability(ctx: Context) -> dict:
     train, pre = ctx.params.train, ctx.params.preflight
     ctx.seed_all(5)
@@ -455,9 +464,13 @@ def check_lr_stability(ctx: Context) -> dict:
     def batch_fn(_step):
         return batching.get_batch(ctx.splits["train"], pre.batch_size, block, ctx.device, gen)
 
-    losses, failure = _train_steps(model, optimizer, ctx, pre.lr_stability_steps, batch_fn, train.grad_clip)
-    measured = {"lr": train.lr, "steps": pre.lr_stability_steps, "batch_size": pre.batch_size,
-                "losses": [round(v, 4) for v in losses]}
+    # the run's own linear warmup first (at most lr_stability_steps long, so never gentler than the run's): without
+    # it, AdamW's first full-size steps from a fresh init spike the loss once for LRs that train well after warmup
+    warmup = lr_stability_warmup(ctx)
+    losses, failure = _train_steps(model, optimizer, ctx, warmup + pre.lr_stability_steps, batch_fn, train.grad_clip,
+                                   lambda step: train.lr * min(1.0, (step + 1) / warmup) if warmup else train.lr)
+    measured = {"lr": train.lr, "warmup_steps": warmup, "steps_at_peak": pre.lr_stability_steps,
+                "batch_size": pre.batch_size, "losses": [round(v, 4) for v in losses]}
     if failure:
         raise CheckFailed(failure, measured)
     start = losses[0]
@@ -549,8 +562,9 @@ CHECKS: tuple[Check, ...] = (
           ("all parameters frozen", "optimizer built over the wrong parameter list", "learning rate 0",
            "zero_grad called between backward and step")),
     Check("lr_stability", check_lr_stability, ("forward_shapes", "optimizer_update"),
-          lambda c: (f"{c.params.preflight.lr_stability_steps} steps at peak lr {c.params.train.lr}: finite, no loss above the "
-                     f"first + {c.params.preflight.lr_spike_tolerance}, mean of the last 3 <= the first"),
+          lambda c: (f"{lr_stability_warmup(c)} warmup steps, then {c.params.preflight.lr_stability_steps} at peak lr "
+                     f"{c.params.train.lr}: finite, no loss above the first + {c.params.preflight.lr_spike_tolerance}, "
+                     "mean of the last 3 <= the first"),
           ("learning rate too high for this model/batch", "no gradient clipping", "warmup needed (instability starts at the peak LR)")),
     Check("single_batch_overfit", check_single_batch_overfit, ("forward_shapes", "optimizer_update", "causal_independence"),
           lambda c: f"fresh debug model, one batch, {c.params.preflight.overfit_steps} steps: final loss < {c.params.preflight.overfit_threshold}",
@@ -602,7 +616,7 @@ def format_table(checks: list[dict]) -> str:
 # ------------------------------------------------------------------------------------------ report and gate
 
 # train.* keys whose value changes what preflight proves (the gate refuses a report made with other values)
-GATED_TRAIN_KEYS = ("lr", "weight_decay", "betas", "grad_clip", "device")
+GATED_TRAIN_KEYS = ("lr", "warmup_steps", "weight_decay", "betas", "grad_clip", "device")
 SUMMARY_FIELDS = ("tokenizer_fingerprint", "vocab_size", "token_range", "batch_shape", "initial_loss",
                   "expected_initial_loss", "grad_norm", "missing_gradients", "param_update_max", "single_batch_final_loss")
 

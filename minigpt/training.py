@@ -346,8 +346,10 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
                                              optimizer, batch_rng, fingerprint, root, say)
                 if ddp.world > 1:
                     dist.barrier()
-                # evaluation and checkpoints spend the budget too: the clock is the loop's wall clock
-                progress.elapsed_s += time.perf_counter() - eval_started
+                # evaluation and checkpoints spend the budget too: the clock is the loop's wall clock (agreed
+                # again, or ranks would enter the next step with clocks a few microseconds apart, hence other LRs)
+                progress.elapsed_s = _agreed_clock(progress.elapsed_s + time.perf_counter() - eval_started, ddp,
+                                                   budget, device)
             progress.history.append(record)
             if log is not None:
                 log.write(record)

@@ -40,8 +40,8 @@ def test_time_budget_presets_compose_to_clock_limited_runs(tmp_path, preset, sec
     compose_params(out, REPO_ROOT / "conf", [f"experiment={preset}"])
     params = load_params(out)
     assert params.train.max_seconds == seconds and params.train.precision == "bf16"
-    assert params.train.max_steps * params.train.batch_size * params.model.block_size > 100 * seconds * 30_000, \
-        "max_steps must not end the run before the clock does"
+    tokens = params.train.max_steps * params.train.batch_size * params.model.block_size
+    assert tokens / 100_000 > 10 * seconds, "even at 100k tokens/s (3x this CPU's fastest) the clock must end the run"
 
 
 def test_committed_params_validate():

@@ -57,6 +57,17 @@ def test_score_split_matches_a_token_by_token_computation():
     assert score_split(model, ids, 3, 4, torch.device("cpu")) == result, "deterministic"
 
 
+def test_bf16_scoring_stays_close_to_fp32():
+    """evaluate.precision defaults to bf16: same windows, losses summed in fp32, only the matmuls in bf16."""
+    torch.manual_seed(0)
+    model = MiniGPT(MiniGPTConfig(40, 16, 64, 4, 2))
+    ids = np.random.default_rng(1).integers(0, 40, size=2_000)
+    fp32 = score_split(model, ids, 8, 16, torch.device("cpu"), "fp32")
+    bf16 = score_split(model, ids, 8, 16, torch.device("cpu"), "bf16")
+    assert bf16["tokens"] == fp32["tokens"] and bf16["bpc"] != fp32["bpc"], "bf16 must really be used"
+    assert bf16["bpc"] == pytest.approx(fp32["bpc"], abs=0.01)
+
+
 @pytest.mark.parametrize("settings,message", [
     (SamplingSettings(temperature=0), "temperature' = 0 is invalid; it must be > 0"),
     (SamplingSettings(top_k=0), "top_k' = 0 is invalid; it must be between 1 and the vocabulary size 30"),

@@ -115,6 +115,24 @@ def test_learning_rate_too_high_fails_lr_stability(project):
     assert "learning rate is too high" in message
 
 
+def test_lr_stability_runs_the_configured_warmup_before_the_peak_lr(project):
+    """A fresh model's first full-size AdamW steps spike the loss once; the run warms up, so the check does too."""
+    root, source = project
+    # the budget-72s model at lr 1.5e-3: without warmup its 5th step spikes (4.23 -> 5.02) and training recovers
+    shape = ["model.embedding_dim=128", "model.num_heads=4", "model.num_layers=4", "model.block_size=64",
+             "model.dropout=0.0", "train.betas=[0.9,0.99]", "train.lr=1.5e-3"]
+
+    def lr_check(warmup):
+        report = run_preflight(recompose(root, source, [*shape, f"train.warmup_steps={warmup}"]), root)
+        return next(c for c in report["checks"] if c["name"] == "lr_stability")
+
+    cold = lr_check(0)
+    assert cold["status"] == "failed" and "spiked" in cold["message"]
+    warm = lr_check(10)
+    assert warm["status"] == "passed" and warm["measured"]["warmup_steps"] == 10
+    assert len(warm["measured"]["losses"]) == 10 + 20 and warm["measured"]["losses"][0] == cold["measured"]["losses"][0]
+
+
 def frozen_model(config):
     model = MiniGPT(config)
     for p in model.parameters():
