@@ -49,6 +49,14 @@ def prepare_project(work: Path, corpus: Path) -> None:
                        stdout=subprocess.DEVNULL)
 
 
+def clear_checkpoints(work: Path) -> None:
+    """Remove the scratch project's checkpoints, so the next run starts fresh instead of resuming."""
+    from minigpt.training import BEST, LATEST
+
+    for path in (LATEST, BEST):
+        (work / path).unlink(missing_ok=True)
+
+
 def synthetic_corpus(folder: Path) -> Path:
     """The tests' WikiText-shaped fixture written as wiki.{train,valid,test}.raw (used when no corpus is given)."""
     if str(ROOT / "tests") not in sys.path:

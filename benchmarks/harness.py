@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -55,16 +56,19 @@ def median_time(fn, rounds: int) -> float:
 
 # ------------------------------------------------------------------------------------------ 1. the peak
 
+def matmul_seconds(m: int, k: int, n: int, dtype: torch.dtype, rounds: int) -> float:
+    """Median time of one [m, k] @ [k, n] product on random data (after one untimed warm-up)."""
+    a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+    a @ b
+    return median_time(lambda: a @ b, rounds)
+
+
 def matmul_peak(rounds: int, shapes: list[tuple[int, int, int]]) -> dict:
     """FLOP/s of plain matrix products at the model's shapes, fp32 and bf16, interleaved."""
     out = {}
     for m, k, n in shapes:
-        rates = {}
-        for dtype in (torch.float32, torch.bfloat16):
-            a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
-            a @ b
-            rates[str(dtype).split(".")[-1]] = 2 * m * k * n / median_time(lambda: a @ b, rounds)
-        out[f"{m}x{k}x{n}"] = rates
+        out[f"{m}x{k}x{n}"] = {str(dtype).split(".")[-1]: 2 * m * k * n / matmul_seconds(m, k, n, dtype, rounds)
+                               for dtype in (torch.float32, torch.bfloat16)}
     return out
 
 
@@ -135,25 +139,26 @@ def training_speed(preset: str, batch: int, vocab: int, steps: int, rounds: int,
     base = statistics.median(samples[variants[0].name])
     for v in variants:
         rate = statistics.median(samples[v.name])
-        peak = peaks["bf16"] if v.precision == "bf16" else peaks["fp32"]
         rows.append({"variant": v.name, "tokens_per_sec": rate, "vs_baseline": rate / base,
-                     "mfu": rate * fpt / peak, "precision": v.precision})
+                     "mfu": rate * fpt / peaks[v.precision], "precision": v.precision})
     return {"preset": preset, "parameters": params, "batch": batch, "block_size": config.block_size,
             "flops_per_token": fpt, "rows": rows}
 
 
-def step_gemms(config, batch: int) -> list[tuple[int, int, int, int]]:
-    """(m, k, n, count): the matrix products of one training step (forward and backward) of MiniGPT."""
+def step_gemms(config, batch: int) -> Counter:
+    """{(m, k, n): count}: the matrix products of one training step (forward and backward) of MiniGPT."""
     n_tok, width, hidden, vocab = batch * config.block_size, config.embedding_dim, config.expansion_factor * config.embedding_dim, config.vocab_size
     heads, t, d = config.num_heads, config.block_size, config.embedding_dim // config.num_heads
-    gemms = []
+    gemms = Counter()
     linears = [(width, 3 * width), (width, width), (width, hidden), (hidden, width)] * config.num_layers + [(width, vocab)]
     for fan_in, fan_out in linears:
-        gemms += [(n_tok, fan_in, fan_out, 1),   # forward
-                  (n_tok, fan_out, fan_in, 1),   # gradient of the input
-                  (fan_in, n_tok, fan_out, 1)]   # gradient of the weight
+        gemms.update([(n_tok, fan_in, fan_out),   # forward
+                      (n_tok, fan_out, fan_in),   # gradient of the input
+                      (fan_in, n_tok, fan_out)])  # gradient of the weight
     # attention per (sequence, head): scores q k^T and the weighted sum, each with two backward products
-    gemms += [(t, d, t, 3 * batch * heads * config.num_layers), (t, t, d, 3 * batch * heads * config.num_layers)]
+    per_step = 3 * batch * heads * config.num_layers
+    gemms[(t, d, t)] += per_step
+    gemms[(t, t, d)] += per_step
     return gemms
 
 
@@ -164,10 +169,8 @@ def gemm_bound(preset: str, batch: int, vocab: int, rounds: int, training: dict,
     rows = []
     for precision, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         total_s, flops = 0.0, 0.0
-        for m, k, n, count in step_gemms(config, batch):
-            a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
-            a @ b
-            total_s += count * median_time(lambda: a @ b, rounds)
+        for (m, k, n), count in step_gemms(config, batch).items():  # each distinct shape timed once
+            total_s += count * matmul_seconds(m, k, n, dtype, rounds)
             flops += count * 2 * m * k * n
         step_s = batch * config.block_size / project_rate(training, precision)
         rows.append({"precision": precision, "gemm_seconds": total_s, "step_seconds": step_s, "gemm_share": total_s / step_s,

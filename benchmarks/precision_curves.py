@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from bench_common import ROOT, compose_project, prepare_project  # noqa: E402  (also puts the repo on sys.path)
+from bench_common import ROOT, clear_checkpoints, compose_project, prepare_project  # noqa: E402  (also puts the repo on sys.path)
 from minigpt.training import TRAIN_LOG, train  # noqa: E402
 
 
@@ -20,8 +20,7 @@ def run(work: Path, corpus: Path, preset: str, steps: int, precision: str) -> di
     preset_override = [] if preset == "production" else [f"experiment={preset}"]
     params = compose_project(work, corpus, [*preset_override, f"train.max_steps={steps}", f"train.precision={precision}",
                                             f"train.eval_every={max(1, steps // 6)}", "train.sample_length=0"])
-    for stale in ("models/mini_gpt_latest.pt", "models/mini_gpt_best.pt"):
-        (work / stale).unlink(missing_ok=True)
+    clear_checkpoints(work)
     summary = train(params, work, require_gate=False, out=lambda msg: print(f"  {msg}", flush=True))
     log = [json.loads(line) for line in (work / TRAIN_LOG).read_text().splitlines()]
     return {"precision": precision, "tokens_per_sec_median": summary["tokens_per_sec_median"],

@@ -25,12 +25,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench_common import ROOT, compose_project, prepare_project, synthetic_corpus  # noqa: E402  (also puts the repo on sys.path)
+from bench_common import ROOT, clear_checkpoints, compose_project, prepare_project, synthetic_corpus  # noqa: E402  (also puts the repo on sys.path)
+from minigpt.checkpoint import load_checkpoint, model_from_checkpoint  # noqa: E402
 from minigpt.diagnostics import run_preflight  # noqa: E402
 from minigpt.encoding import load_ids  # noqa: E402
 from minigpt.evaluation import evaluate_checkpoint  # noqa: E402
 from minigpt.paths import ENCODED_DIR  # noqa: E402
-from minigpt.training import train  # noqa: E402
+from minigpt.training import evaluate_model, train  # noqa: E402
 
 # nanoGPT README, "I only have a macbook": train_shakespeare_char.py with these CPU overrides (dropout 0)
 REFERENCE = ["model.num_layers=4", "model.num_heads=4", "model.embedding_dim=128", "model.block_size=64",
@@ -48,9 +49,6 @@ QUIET = ["train.sample_length=0"]
 
 def nanogpt_style_estimate(checkpoint_metrics: dict, params, work: Path) -> float:
     """nanoGPT's estimate_loss: the mean loss of 20 random val batches (batch 12, the model's block), in bpc."""
-    from minigpt.checkpoint import load_checkpoint, model_from_checkpoint
-    from minigpt.training import evaluate_model
-
     model = model_from_checkpoint(load_checkpoint(Path(checkpoint_metrics["checkpoint"])), torch.device("cpu"), "best")
     val = torch.as_tensor(load_ids(work / ENCODED_DIR, "val").astype(np.int64))
     gen = torch.Generator().manual_seed(0)
@@ -65,8 +63,7 @@ def nanogpt_style_estimate(checkpoint_metrics: dict, params, work: Path) -> floa
 
 def one_run(name: str, overrides: list[str], work: Path, corpus: Path) -> dict:
     params = compose_project(work, corpus, [*overrides, *QUIET])
-    for stale in ("models/mini_gpt_latest.pt", "models/mini_gpt_best.pt"):
-        (work / stale).unlink(missing_ok=True)  # every run starts fresh
+    clear_checkpoints(work)
     started = time.perf_counter()
     report = run_preflight(params, work)
     preflight_s = time.perf_counter() - started
