@@ -20,7 +20,8 @@ import torch
 
 from bench_common import flops_per_token  # noqa: E402  (also puts the repo on sys.path)
 from minigpt.config import load_params  # noqa: E402
-from minigpt.diagnostics import format_table, run_preflight  # noqa: E402
+from minigpt.checks import format_table  # noqa: E402
+from minigpt.diagnostics import run_preflight  # noqa: E402
 from minigpt.evaluation import evaluate_checkpoint  # noqa: E402
 from minigpt.generation import generate_samples  # noqa: E402
 from minigpt.model import MiniGPT, MiniGPTConfig  # noqa: E402

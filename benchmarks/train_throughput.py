@@ -17,7 +17,7 @@ import torch
 from bench_common import model_preset
 from minigpt.model import MiniGPT
 from minigpt.optim import make_adamw
-from minigpt.training import calc_loss_batch
+from minigpt.train_step import calc_loss_batch
 
 
 def time_steps(model, optimizer, batch, precision: str, steps: int) -> float:

@@ -89,11 +89,13 @@ class TrainConfig:
 @dataclass(frozen=True)
 class PreflightConfig:
     seed: int
-    tokenizer_chars: int = field(metadata=_rule(_at_least(1), ">= 1"))
     batch_size: int = field(metadata=_rule(_at_least(1), ">= 1"))
     initial_loss_tolerance: float = field(metadata=_rule(_positive, "> 0"))
-    lr_stability_steps: int = field(metadata=_rule(_at_least(2), ">= 2"))
-    lr_spike_tolerance: float = field(metadata=_rule(_positive, "> 0"))
+    rehearsal_warmup_max: int = field(metadata=_rule(_at_least(0), ">= 0"))
+    rehearsal_steps: int = field(metadata=_rule(_at_least(5), ">= 5 (one window of the running median)"))
+    probe_batches: int = field(metadata=_rule(_at_least(1), ">= 1"))
+    lr_rise_tolerance: float = field(metadata=_rule(_positive, "> 0"))
+    learn_margin: float = field(metadata=_rule(_at_least(0), ">= 0"))
     overfit_steps: int = field(metadata=_rule(_at_least(1), ">= 1"))
     overfit_lr: float = field(metadata=_rule(_positive, "> 0"))
     overfit_batch_size: int = field(metadata=_rule(_at_least(1), ">= 1"))

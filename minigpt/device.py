@@ -1,6 +1,8 @@
-"""Device selection: CUDA, then Apple MPS, then CPU, unless one is configured."""
+"""Device selection (CUDA, then Apple MPS, then CPU, unless one is configured) and the precision context."""
 
 from __future__ import annotations
+
+from contextlib import nullcontext
 
 import torch
 
@@ -22,3 +24,10 @@ def select_device(preference: str = "auto") -> torch.device:
     if not available.get(preference, False):
         raise ConfigError(f"'train.device' = {preference!r} is not available on this machine; use auto or cpu.")
     return torch.device(preference)
+
+
+def autocast_for(device: torch.device, precision: str):
+    """bf16 autocast on the device for precision "bf16"; plain fp32 otherwise."""
+    if precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return nullcontext()

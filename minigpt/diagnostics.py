@@ -1,8 +1,9 @@
-"""Preflight diagnostics: one named check per assumption, run in the order the data flows.
+"""Preflight diagnostics: one named check per assumption, run in the order the data flows, and the report.
 
 Each check isolates one assumption of the pipeline and either returns what it measured or raises CheckFailed
 with the measurement, the threshold and the likely causes (the debugging guide's symptom -> cause map).
-Checks whose prerequisites did not pass are reported as skipped, with the reason.
+Checks whose prerequisites did not pass are reported as skipped, with the reason. The checks that train
+(lr_stability, rehearsal_learns, single_batch_overfit) live in minigpt.rehearsal; the gate in minigpt.gate.
 """
 
 from __future__ import annotations
@@ -10,103 +11,34 @@ from __future__ import annotations
 import copy
 import math
 import platform
-import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn as nn
 
-from minigpt import batching
+from minigpt import batching, train_step
+from minigpt.checks import Check, CheckFailed, CheckResult, Context, run_checks
 from minigpt.config import Params
 from minigpt.device import mps_available, select_device
 from minigpt.encoding import load_ids, load_meta
 from minigpt.errors import MinigptError
-from minigpt.io_utils import atomic_write_json, canonical_json_digest, read_json, sha256_file
-from minigpt.model import MiniGPT, MiniGPTConfig
+from minigpt.gate import current_fingerprints, gated_config
+from minigpt.io_utils import atomic_write_json, canonical_json_digest, sha256_file
+from minigpt.model import MiniGPTConfig
 from minigpt.nonfinite import NonFiniteTracker
-from minigpt.optim import make_adamw
 from minigpt.paths import DEBUG_REPORT, ENCODED_DIR, SPLITS, TOKENIZER_FILE, clean_split_path
+from minigpt.rehearsal import (SUSTAIN, check_lr_stability, check_rehearsal_learns,
+                               check_single_batch_overfit, rehearsal_warmup)
+from minigpt.textstats import codepoints, from_codepoints
 from minigpt.tokenizer import CharTokenizer
 
-# The guide's debug model, used by single_batch_overfit whatever model is configured for training.
-DEBUG_MODEL = dict(block_size=32, embedding_dim=64, num_heads=4, num_layers=2, expansion_factor=4, dropout=0.0)
 CAUSAL_ATOL = 1e-5
 CAUSAL_GRAD_ATOL = 1e-10
-
-
-class CheckFailed(Exception):
-    def __init__(self, message: str, measured: dict | None = None):
-        super().__init__(message)
-        self.measured = measured or {}
-
-
-@dataclass
-class CheckResult:
-    name: str
-    status: str  # passed | failed | skipped
-    measured: dict
-    threshold: str
-    seconds: float
-    message: str = ""
-    likely_causes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        out = {
-            "name": self.name,
-            "status": self.status,
-            "passed": self.status == "passed",
-            "measured": self.measured,
-            "threshold": self.threshold,
-            "seconds": round(self.seconds, 4),
-        }
-        if self.status != "passed":
-            out["message"] = self.message
-        if self.status == "failed":
-            out["likely_causes"] = self.likely_causes
-        return out
-
-
-@dataclass
-class Context:
-    """What the checks share: inputs, the artifacts they load, and what earlier checks produced."""
-
-    params: Params
-    root: Path
-    device: torch.device
-    model_config: MiniGPTConfig | None = None
-    model_factory: Callable[[MiniGPTConfig], nn.Module] = MiniGPT
-    # filled by the checks
-    tokenizer: CharTokenizer | None = None
-    meta: dict | None = None
-    splits: dict[str, torch.Tensor] = field(default_factory=dict)
-    batch: tuple[torch.Tensor, torch.Tensor] | None = None
-    model: nn.Module | None = None
-    summary: dict = field(default_factory=dict)
-
-    def path(self, relative: Path) -> Path:
-        return self.root / relative
-
-    def generator(self, offset: int = 0) -> torch.Generator:
-        return torch.Generator().manual_seed(self.params.preflight.seed + offset)
-
-    def seed_all(self, offset: int = 0) -> None:
-        torch.manual_seed(self.params.preflight.seed + offset)
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    run: Callable[[Context], dict]
-    needs: tuple[str, ...]
-    threshold: str | Callable[[Context], str]
-    likely_causes: tuple[str, ...]
-
-    def threshold_text(self, ctx: Context) -> str:
-        return self.threshold(ctx) if callable(self.threshold) else self.threshold
+SUMMARY_FIELDS = ("tokenizer_fingerprint", "vocab_size", "token_range", "batch_shape", "initial_loss",
+                  "expected_initial_loss", "grad_norm", "missing_gradients", "frozen_parameters", "param_update_max",
+                  "rehearsal_loss", "single_batch_final_loss")
 
 
 # ------------------------------------------------------------------------------------------------ the checks
@@ -127,7 +59,7 @@ def check_environment(ctx: Context) -> dict:
 
 def required_files(ctx: Context) -> list[Path]:
     return [
-        ctx.path(clean_split_path("train")),
+        *[ctx.path(clean_split_path(split)) for split in SPLITS],
         ctx.path(TOKENIZER_FILE),
         ctx.path(ENCODED_DIR / "meta.json"),
         *[ctx.path(ENCODED_DIR / f"{split}.npy") for split in SPLITS],
@@ -161,30 +93,34 @@ def check_files(ctx: Context) -> dict:
 
 
 def check_tokenizer(ctx: Context) -> dict:
+    """Every stored ID of every split decodes to exactly its clean text, and re-encodes to the same IDs."""
     tok = ctx.tokenizer
-    ids = np.asarray(load_ids(ctx.path(ENCODED_DIR), "train")[: ctx.params.preflight.tokenizer_chars], dtype=np.int64)
-    n = int(ids.size)
-    measured = {"chars_checked": n, "tokenizer_fingerprint": tok.fingerprint, "encoded_with": ctx.meta["tokenizer_fingerprint"]}
+    points = codepoints("".join(tok.chars)).astype(np.uint32)  # ID -> code point
+    measured: dict[str, Any] = {"tokenizer_fingerprint": tok.fingerprint, "encoded_with": ctx.meta["tokenizer_fingerprint"],
+                                "splits": {}}
     ctx.summary.update(tokenizer_fingerprint=tok.fingerprint, vocab_size=tok.vocab_size)
-    try:
-        decoded = tok.decode(ids)
-        reencoded = tok.encode(decoded)
-    except MinigptError as exc:
-        raise CheckFailed(f"round trip failed: {exc}", measured) from None
-    clean_prefix = ctx.path(clean_split_path("train")).read_bytes().decode("utf-8")[:n]
-    mismatch = next((i for i, (a, b) in enumerate(zip(decoded, clean_prefix)) if a != b), None)
-    if mismatch is None and len(decoded) != len(clean_prefix):
-        mismatch = min(len(decoded), len(clean_prefix))
-    measured.update(round_trip_equal=bool(np.array_equal(reencoded, ids)), matches_clean_text=mismatch is None,
-                    first_mismatch=mismatch)
     problems = []
-    if not measured["round_trip_equal"]:
-        problems.append("encode(decode(ids)) != ids on the first train IDs")
-    if mismatch is not None:
-        problems.append(
-            f"decoded train IDs differ from data/clean/train.txt at character {mismatch}: "
-            f"{decoded[mismatch:mismatch + 20]!r} vs {clean_prefix[mismatch:mismatch + 20]!r}"
-        )
+    for split in SPLITS:
+        ids = np.asarray(load_ids(ctx.path(ENCODED_DIR), split))
+        clean = codepoints(ctx.path(clean_split_path(split)).read_bytes().decode("utf-8"))
+        if ids.size and int(ids.max()) >= tok.vocab_size:
+            problems.append(f"{split}: ID {int(ids.max())} is outside the tokenizer's {tok.vocab_size} characters")
+            continue
+        decoded = points[ids]  # vectorised decode of the whole split
+        common = min(decoded.size, clean.size)
+        diff = np.flatnonzero(decoded[:common] != clean[:common])
+        mismatch = int(diff[0]) if diff.size else (common if decoded.size != clean.size else None)
+        round_trip = bool(np.array_equal(tok.encode(from_codepoints(decoded)), ids))
+        measured["splits"][split] = {"chars_checked": int(ids.size), "clean_chars": int(clean.size),
+                                     "matches_clean_text": mismatch is None, "first_mismatch": mismatch,
+                                     "round_trip_equal": round_trip}
+        if not round_trip:
+            problems.append(f"{split}: encode(decode(ids)) != ids")
+        if mismatch is not None:
+            got = from_codepoints(decoded[mismatch:mismatch + 20])
+            want = from_codepoints(clean[mismatch:mismatch + 20])
+            problems.append(f"decoded {split} IDs differ from {clean_split_path(split)} at character {mismatch} "
+                            f"(lengths {decoded.size} vs {clean.size}): {got!r} vs {want!r}")
     if ctx.meta["tokenizer_fingerprint"] != tok.fingerprint:
         problems.append("data/encoded was encoded with a different tokenizer than data/tokenizer/char_tokenizer.json "
                         "(fingerprints differ)")
@@ -195,17 +131,25 @@ def check_tokenizer(ctx: Context) -> dict:
 
 def check_token_ids(ctx: Context) -> dict:
     vocab = ctx.tokenizer.vocab_size
+    window = ctx.model_config.block_size + 1
     ranges, bad = {}, []
     for split in SPLITS:
         ids = load_ids(ctx.path(ENCODED_DIR), split)
+        if ids.size == 0:
+            ranges[split] = {"dtype": str(ids.dtype), "length": 0}
+            bad.append(f"{split}: the split is empty")
+            continue
         lo, hi = int(ids.min()), int(ids.max())
         ranges[split] = {"dtype": str(ids.dtype), "min": lo, "max": hi, "length": int(ids.size)}
         if ids.dtype.kind not in "ui":
             bad.append(f"{split}: dtype {ids.dtype} is not an integer type")
         elif lo < 0 or hi >= vocab:
             bad.append(f"{split}: IDs span [{lo}, {hi}] but must lie in [0, {vocab - 1}]")
+        if ids.size < window:
+            bad.append(f"{split}: {ids.size} tokens, fewer than one window of model.block_size + 1 = {window} "
+                       "(use more text or a smaller model.block_size)")
     ctx.summary["token_range"] = ranges
-    measured = {"vocab_size": vocab, "splits": ranges}
+    measured = {"vocab_size": vocab, "min_split_length": window, "splits": ranges}
     if bad:
         raise CheckFailed("; ".join(bad), measured)
     ctx.splits = {split: torch.from_numpy(np.asarray(load_ids(ctx.path(ENCODED_DIR), split), dtype=np.int64)) for split in SPLITS}
@@ -328,6 +272,13 @@ def check_causal_independence(ctx: Context) -> dict:
     finally:
         handle.remove()
     grad = captured["emb"].grad
+    if grad is None:
+        raise CheckFailed(
+            f"no gradient reaches the token embedding's output ('{_module_name(model, embedding)}') from the logits: "
+            "the residual stream is cut from the embeddings (a .detach(), a no_grad block or a re-created tensor "
+            "between them), so the model cannot learn from its inputs",
+            {"position": t, "embedding_output_grad": None},
+        )
     future_grad = float(grad[:, t + 1:].abs().max())
     past_grad = float(grad[:, : t + 1].abs().max())
     model.zero_grad(set_to_none=True)
@@ -349,6 +300,10 @@ def check_causal_independence(ctx: Context) -> dict:
     return measured
 
 
+def _module_name(model: nn.Module, module: nn.Module) -> str:
+    return next((name for name, m in model.named_modules() if m is module), type(module).__name__)
+
+
 def _token_embedding(model: nn.Module) -> nn.Module:
     if hasattr(model, "tok_emb"):
         return model.tok_emb
@@ -356,19 +311,23 @@ def _token_embedding(model: nn.Module) -> nn.Module:
 
 
 def check_gradients(ctx: Context) -> dict:
+    """One backward pass of the run's loss (its precision, through the shared step's forward): every parameter
+    trains (the configuration freezes none) and gets a finite, non-zero gradient."""
     model = ctx.model
     model.train()
     model.zero_grad(set_to_none=True)
     named = list(model.named_parameters())
     trainable = [(n, p) for n, p in named if p.requires_grad]
     frozen = [n for n, p in named if not p.requires_grad]
-    measured: dict[str, Any] = {"trainable": len(trainable), "frozen": len(frozen)}
+    measured: dict[str, Any] = {"trainable": len(trainable), "frozen": len(frozen), "frozen_names": frozen[:50],
+                                "precision": ctx.params.train.precision}
+    ctx.summary["frozen_parameters"] = frozen
     if not trainable:
         ctx.summary.update(grad_norm=0.0, missing_gradients=[n for n, _ in named])
         raise CheckFailed("no parameter requires grad: every parameter is frozen", measured)
     ctx.seed_all(3)
     with NonFiniteTracker(model) as tracker:
-        _, loss = model(*ctx.batch)
+        loss = train_step.calc_loss_batch(model, *ctx.batch, ctx.params.train.precision)
         loss.backward()
     missing = [n for n, p in trainable if p.grad is None]
     nonfinite = [n for n, p in trainable if p.grad is not None and not torch.isfinite(p.grad).all()]
@@ -376,12 +335,16 @@ def check_gradients(ctx: Context) -> dict:
     norms = {n: float(p.grad.norm()) for n, p in trainable if p.grad is not None}
     global_norm = math.sqrt(sum(v * v for v in norms.values()))
     measured.update(global_norm=global_norm, missing=missing, nonfinite=nonfinite, all_zero=all_zero,
-                    frozen_names=frozen[:20], per_parameter_norms=norms)
+                    per_parameter_norms=norms)
     if tracker.first:
         measured["first_nonfinite_module"] = tracker.first
     ctx.summary.update(grad_norm=global_norm, missing_gradients=missing)
     model.zero_grad(set_to_none=True)
     problems = []
+    if frozen:
+        # nothing in the configuration freezes a parameter, so a frozen one is a bug that training would hide
+        problems.append(f"frozen parameters (requires_grad=False) that the run would never train: "
+                        f"{', '.join(frozen[:12])}{' …' if len(frozen) > 12 else ''}")
     if missing:
         problems.append(f"no gradient for {', '.join(missing)} (defined but not used in forward, or detached)")
     if nonfinite:
@@ -394,137 +357,30 @@ def check_gradients(ctx: Context) -> dict:
 
 
 def check_optimizer_update(ctx: Context) -> dict:
+    """One step of the run's optimizer through the shared training step changes every parameter."""
     model = copy.deepcopy(ctx.model)
     model.train()
     train = ctx.params.train
     try:
-        optimizer = make_adamw(model, train.lr, train.weight_decay, train.betas)
+        optimizer = train_step.make_optimizer(model, train)
     except ValueError as exc:
         ctx.summary["param_update_max"] = 0.0
         raise CheckFailed(str(exc), {"max_change": 0.0}) from None
-    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
     ctx.seed_all(4)
-    _, loss = model(*ctx.batch)
-    loss.backward()
-    optimizer.step()
-    changes = {n: float((p.detach() - before[n]).abs().max()) for n, p in model.named_parameters() if n in before}
+    result = train_step.training_step(model, optimizer, *ctx.batch, train.lr, train.precision, train.grad_clip)
+    changes = {n: float((p.detach() - before[n]).abs().max()) for n, p in model.named_parameters()}
     unchanged = [n for n, c in changes.items() if c == 0.0]
     max_change = max(changes.values())
     ctx.summary["param_update_max"] = max_change
-    measured = {"lr": train.lr, "max_change": max_change, "unchanged": unchanged}
+    measured = {"lr": train.lr, "loss": result.loss, "grad_norm": result.grad_norm, "stepped": result.stepped,
+                "max_change": max_change, "unchanged": unchanged}
+    if not result.stepped:
+        raise CheckFailed(f"the step was skipped: loss {result.loss}, gradient norm {result.grad_norm}", measured)
     if max_change == 0.0:
-        raise CheckFailed("one AdamW step changed no parameter", measured)
+        raise CheckFailed("one training step changed no parameter", measured)
     if unchanged:
-        raise CheckFailed(f"one AdamW step left {', '.join(unchanged)} unchanged", measured)
-    return measured
-
-
-def _train_steps(model: nn.Module, optimizer, ctx: Context, steps: int, batch_fn, grad_clip: float | None,
-                 lr_at: Callable[[int], float] | None = None):
-    """Plain training steps (at lr_at(step) when given); returns (losses, failure text or None). Stops at the first
-    non-finite value."""
-    losses = []
-    with NonFiniteTracker(model) as tracker:
-        for step in range(steps):
-            if lr_at is not None:
-                for group in optimizer.param_groups:
-                    group["lr"] = lr_at(step)
-            inputs, targets = batch_fn(step)
-            tracker.reset()
-            _, loss = model(inputs, targets)
-            value = float(loss.detach())
-            if not math.isfinite(value):
-                return losses, f"loss became {value} at step {step} (last finite step {step - 1}); first non-finite module: '{tracker.first}'"
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if grad_clip is not None:
-                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-                if not torch.isfinite(norm):
-                    return losses + [value], f"gradient norm became {float(norm)} at step {step}"
-            optimizer.step()
-            losses.append(value)
-    return losses, None
-
-
-def lr_stability_warmup(ctx: Context) -> int:
-    return min(ctx.params.train.warmup_steps, ctx.params.preflight.lr_stability_steps)
-
-
-def check_lr_stability(ctx: Context) -> dict:
-    train, pre = ctx.params.train, ctx.params.preflight
-    ctx.seed_all(5)
-    model = ctx.model_factory(ctx.model_config).to(ctx.device)
-    model.train()
-    optimizer = make_adamw(model, train.lr, train.weight_decay, train.betas)
-    gen = ctx.generator(5)
-    block = ctx.model_config.block_size
-
-    # preflight.batch_size, not train.batch_size: a smaller batch has noisier gradients, so it is the stricter
-    # test of the LR, and it keeps the check to seconds for the production model
-    def batch_fn(_step):
-        return batching.get_batch(ctx.splits["train"], pre.batch_size, block, ctx.device, gen)
-
-    # the run's own linear warmup first (at most lr_stability_steps long, so never gentler than the run's): without
-    # it, AdamW's first full-size steps from a fresh init spike the loss once for LRs that train well after warmup
-    warmup = lr_stability_warmup(ctx)
-    losses, failure = _train_steps(model, optimizer, ctx, warmup + pre.lr_stability_steps, batch_fn, train.grad_clip,
-                                   lambda step: train.lr * min(1.0, (step + 1) / warmup) if warmup else train.lr)
-    measured = {"lr": train.lr, "warmup_steps": warmup, "steps_at_peak": pre.lr_stability_steps,
-                "batch_size": pre.batch_size, "losses": [round(v, 4) for v in losses]}
-    if failure:
-        raise CheckFailed(failure, measured)
-    start = losses[0]
-    end = sum(losses[-3:]) / len(losses[-3:])
-    peak_step = max(range(len(losses)), key=losses.__getitem__)
-    measured.update(start_loss=start, end_loss=end, max_loss=losses[peak_step], max_loss_step=peak_step)
-    if losses[peak_step] > start + pre.lr_spike_tolerance:
-        raise CheckFailed(
-            f"at the peak LR {train.lr} the loss spiked from {start:.4f} to {losses[peak_step]:.4f} at step "
-            f"{peak_step} (tolerance +{pre.lr_spike_tolerance}): the learning rate is too high for this model",
-            measured,
-        )
-    if end > start:
-        raise CheckFailed(
-            f"at the peak LR {train.lr} the loss climbed from {start:.4f} to {end:.4f} (mean of last 3) in "
-            f"{len(losses)} steps: the learning rate is too high for this model",
-            measured,
-        )
-    return measured
-
-
-def overfit_run(ctx: Context, dropout: float) -> dict:
-    pre = ctx.params.preflight
-    config = MiniGPTConfig(vocab_size=ctx.model_config.vocab_size, **{**DEBUG_MODEL, "dropout": dropout})
-    ctx.seed_all(6)
-    model = ctx.model_factory(config).to(ctx.device)
-    model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=pre.overfit_lr, weight_decay=0.0)
-    batch = batching.get_batch(ctx.splits["train"], pre.overfit_batch_size, config.block_size, ctx.device, ctx.generator(6))
-    losses, failure = _train_steps(model, optimizer, ctx, pre.overfit_steps, lambda _s: batch, None)
-    model.eval()
-    with torch.no_grad():
-        _, final = model(*batch)
-    reached = next((i for i, v in enumerate(losses) if v < pre.overfit_threshold), None)
-    return {"dropout": dropout, "final_loss": float(final), "steps_to_threshold": reached,
-            "loss_at": {str(i): round(losses[i], 4) for i in range(0, len(losses), max(1, len(losses) // 5))},
-            "failure": failure}
-
-
-def check_single_batch_overfit(ctx: Context) -> dict:
-    pre = ctx.params.preflight
-    main = overfit_run(ctx, 0.0)
-    with_dropout = overfit_run(ctx, 0.2)
-    ctx.summary["single_batch_final_loss"] = main["final_loss"]
-    measured = {"batch": [pre.overfit_batch_size, DEBUG_MODEL["block_size"]], "steps": pre.overfit_steps,
-                "lr": pre.overfit_lr, "dropout_0.0": main, "dropout_0.2": with_dropout}
-    if main["failure"]:
-        raise CheckFailed(main["failure"], measured)
-    if not main["final_loss"] < pre.overfit_threshold:
-        raise CheckFailed(
-            f"a fresh debug model could not memorise one batch: final loss {main['final_loss']:.4f} after "
-            f"{pre.overfit_steps} steps (threshold {pre.overfit_threshold})",
-            measured,
-        )
+        raise CheckFailed(f"one training step left {', '.join(unchanged)} unchanged", measured)
     return measured
 
 
@@ -533,12 +389,14 @@ CHECKS: tuple[Check, ...] = (
     Check("files", check_files, (), "every required artifact exists, is non-empty and matches meta.json",
           ("a stage did not run or was interrupted: run `dvc repro encode`", "an artifact was edited or replaced by hand")),
     Check("tokenizer", check_tokenizer, ("files",),
-          lambda c: f"decode/re-encode of the first {c.params.preflight.tokenizer_chars} train IDs is exact and equals clean train text",
+          "every stored ID of every split decodes to exactly its clean text and re-encodes to the same IDs",
           ("tokenizer file swapped or rebuilt after encode (different character order)",
            "encode ran with a different tokenizer: rerun `dvc repro encode`", "clean text changed after encoding")),
-    Check("token_ids", check_token_ids, ("files",), lambda c: f"0 <= id < vocab_size ({c.tokenizer.vocab_size}) in every split",
+    Check("token_ids", check_token_ids, ("files",),
+          lambda c: (f"0 <= id < vocab_size ({c.tokenizer.vocab_size}) and at least model.block_size + 1 = "
+                     f"{c.model_config.block_size + 1} tokens in every split"),
           ("data encoded with a different, larger vocabulary", "off-by-one: an ID equal to vocab_size",
-           "IDs overflowed a too-small dtype")),
+           "IDs overflowed a too-small dtype", "a split too short for one window (tiny corpus, huge block_size)")),
     Check("batch_shift", check_batch_shift, ("token_ids",),
           "inputs, targets: same shape [B, T], torch.long, on the model's device; inputs[:, 1:] == targets[:, :-1]",
           ("targets not shifted (inputs == targets: the model learns to copy)", "shifted the wrong way or by more than one",
@@ -554,100 +412,33 @@ CHECKS: tuple[Check, ...] = (
           ("attention without causal masking (is_causal / mask missing)", "mask built the wrong way round or offset by one",
            "a layer mixing positions (e.g. normalisation over time)")),
     Check("gradients", check_gradients, ("forward_shapes",),
-          "every trainable parameter gets a finite, non-zero gradient",
+          "no frozen parameter; every parameter gets a finite, non-zero gradient (the run's precision)",
           ("a layer defined but not used in forward", "parameters frozen (requires_grad=False)",
            "a tensor detached from the graph (.detach(), .item(), numpy round trip)", "NaN/Inf from an overflow")),
     Check("optimizer_update", check_optimizer_update, ("forward_shapes",),
-          "one AdamW step with a fresh optimizer changes every trainable parameter",
+          "one step of the run's training step and optimizer changes every parameter",
           ("all parameters frozen", "optimizer built over the wrong parameter list", "learning rate 0",
            "zero_grad called between backward and step")),
     Check("lr_stability", check_lr_stability, ("forward_shapes", "optimizer_update"),
-          lambda c: (f"{lr_stability_warmup(c)} warmup steps, then {c.params.preflight.lr_stability_steps} at peak lr "
-                     f"{c.params.train.lr}: finite, no loss above the first + {c.params.preflight.lr_spike_tolerance}, "
-                     "mean of the last 3 <= the first"),
-          ("learning rate too high for this model/batch", "no gradient clipping", "warmup needed (instability starts at the peak LR)")),
+          lambda c: (f"the run's step, schedule and precision: {rehearsal_warmup(c)} warmup steps, then "
+                     f"{c.params.preflight.rehearsal_steps} steps near the peak lr {c.params.train.lr:g} "
+                     f"(batch {c.params.preflight.batch_size}): finite; LRs in (0, peak], the peak reached; the "
+                     f"running median of {2 * SUSTAIN - 1} step losses never above the first + "
+                     f"{c.params.preflight.lr_rise_tolerance}; fixed-batch loss lower after than before"),
+          ("learning rate too high for this model/batch", "no gradient clipping",
+           "warmup needed (instability starts at the peak LR)", "a broken LR schedule (cosine_with_warmup)")),
+    Check("rehearsal_learns", check_rehearsal_learns, ("lr_stability",),
+          lambda c: (f"after the rehearsal, the loss on {c.params.preflight.probe_batches} fixed train batches <= "
+                     f"the loss of train's character frequencies on them - {c.params.preflight.learn_margin}"),
+          ("updates never reach the weights (zero_grad between backward and step, optimizer over other tensors)",
+           "learning rate far too low, or a schedule that sends it to zero", "gradients cut (detach / no_grad)",
+           "inputs and targets misaligned, so there is nothing to learn")),
     Check("single_batch_overfit", check_single_batch_overfit, ("forward_shapes", "optimizer_update", "causal_independence"),
-          lambda c: f"fresh debug model, one batch, {c.params.preflight.overfit_steps} steps: final loss < {c.params.preflight.overfit_threshold}",
+          lambda c: (f"fresh debug model, one batch, {c.params.preflight.overfit_steps} steps of the run's training "
+                     f"step ({c.params.train.precision}): final loss < {c.params.preflight.overfit_threshold}"),
           ("the model cannot learn: broken residuals, wrong targets, or a bug in the loss", "learning rate far too low or too high",
            "data pipeline feeding different batches each step")),
 )
-
-
-def run_checks(ctx: Context, checks: tuple[Check, ...] = CHECKS, only: set[str] | None = None) -> list[CheckResult]:
-    results: dict[str, CheckResult] = {}
-    for check in checks:
-        if only is not None and check.name not in only:
-            continue
-        blocked = [n for n in check.needs if n in results and results[n].status != "passed"]
-        blocked += [n for n in check.needs if n not in results and (only is None or n in only)]
-        start = time.perf_counter()
-        if blocked:
-            reason = ", ".join(f"{n} {results[n].status if n in results else 'not run'}" for n in blocked)
-            result = CheckResult(check.name, "skipped", {}, _safe_threshold(check, ctx), 0.0, f"skipped: needs {reason}")
-        else:
-            try:
-                measured = check.run(ctx)
-                result = CheckResult(check.name, "passed", measured, _safe_threshold(check, ctx), time.perf_counter() - start)
-            except CheckFailed as exc:
-                result = CheckResult(check.name, "failed", exc.measured, _safe_threshold(check, ctx),
-                                     time.perf_counter() - start, str(exc), list(check.likely_causes))
-        results[check.name] = result
-    return list(results.values())
-
-
-def _safe_threshold(check: Check, ctx: Context) -> str:
-    try:
-        return check.threshold_text(ctx)
-    except Exception:  # noqa: BLE001 - a threshold that needs an artifact that failed to load
-        return "(needs an earlier check)"
-
-
-def format_table(checks: list[dict]) -> str:
-    """The console summary of a report's checks (CheckResult.to_dict() rows)."""
-    rows = [f"{'check':<22} {'status':<8} {'seconds':>8}  detail"]
-    for c in checks:
-        rows.append(f"{c['name']:<22} {c['status'].upper():<8} {c['seconds']:>8.3f}  {c.get('message', '')}")
-        if c["status"] == "failed":
-            rows.append(f"{'':<22} threshold: {c['threshold']}")
-            rows.extend(f"{'':<22} likely cause: {cause}" for cause in c.get("likely_causes", []))
-    return "\n".join(rows)
-
-
-# ------------------------------------------------------------------------------------------ report and gate
-
-# train.* keys whose value changes what preflight proves (the gate refuses a report made with other values)
-GATED_TRAIN_KEYS = ("lr", "warmup_steps", "weight_decay", "betas", "grad_clip", "device")
-SUMMARY_FIELDS = ("tokenizer_fingerprint", "vocab_size", "token_range", "batch_shape", "initial_loss",
-                  "expected_initial_loss", "grad_norm", "missing_gradients", "param_update_max", "single_batch_final_loss")
-
-
-class PreflightFailed(MinigptError):
-    """A preflight check failed: the report was written and names it."""
-
-
-class GateError(MinigptError):
-    """Training refused: the debug report is missing, failed, edited, or made for other data/config."""
-
-
-def gated_config(params: Params) -> dict:
-    return {
-        "model": params.section_dict("model"),
-        "train": {k: params.section_dict("train")[k] for k in GATED_TRAIN_KEYS},
-        "preflight": params.section_dict("preflight"),
-    }
-
-
-def current_fingerprints(params: Params, root: Path = Path(".")) -> dict:
-    """What a report is bound to: the encoded arrays' SHA-256, the tokenizer fingerprint, the gated config."""
-    encoded = {}
-    for split in SPLITS:
-        path = root / ENCODED_DIR / f"{split}.npy"
-        encoded[split] = sha256_file(path) if path.is_file() else None
-    try:
-        tokenizer = CharTokenizer.load(root / TOKENIZER_FILE).fingerprint
-    except MinigptError:
-        tokenizer = None
-    return {"encoded": encoded, "tokenizer": tokenizer, "config": canonical_json_digest(gated_config(params))}
 
 
 def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict) -> dict:
@@ -669,8 +460,17 @@ def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict) -
     return report
 
 
+def discard_report(path: Path) -> None:
+    """Remove a previous report before any check runs: no path (a crash, Ctrl-C) can leave an old one standing."""
+    path.unlink(missing_ok=True)
+
+
 def run_preflight(params: Params, root: Path = Path("."), report_path: Path | None = None, **context_overrides) -> dict:
     """Run every check on the real artifacts under root, write the report atomically, return it."""
+    report_path = report_path or root / DEBUG_REPORT
+    discard_report(report_path)
+    # bound before the checks run: the report vouches for the data, config and code that were checked
+    fingerprints = current_fingerprints(params, root)
     device = select_device(params.train.device)
     tokenizer_vocab = None
     try:
@@ -680,33 +480,7 @@ def run_preflight(params: Params, root: Path = Path("."), report_path: Path | No
     model_config = MiniGPTConfig.from_params(params.model, tokenizer_vocab or 1)
     ctx = Context(params=params, root=root, device=device, model_config=model_config, **context_overrides)
     torch.manual_seed(params.preflight.seed)
-    results = run_checks(ctx)
-    report = build_report(ctx, results, current_fingerprints(params, root))
-    atomic_write_json(report_path or root / DEBUG_REPORT, report)
-    return report
-
-
-def verify_gate(params: Params, root: Path = Path("."), report_path: Path | None = None) -> dict:
-    """Refuse training unless the report passed and is bound to exactly the current data and configuration."""
-    path = report_path or root / DEBUG_REPORT
-    refresh = "Run `dvc repro preflight` (or `python stages/preflight.py`) to refresh it."
-    report = read_json(path, missing="no debug report; training starts only after preflight passes",
-                       invalid="unreadable debug report", fix=refresh, error=GateError)
-    body = {k: v for k, v in report.items() if k != "report_digest"}
-    if report.get("report_digest") != canonical_json_digest(body):
-        raise GateError(f"{path}: the report does not match its digest: it was edited by hand. {refresh}")
-    if not report.get("passed"):
-        raise GateError(f"{path}: preflight failed ({', '.join(report.get('failed') or ['?'])}); fix that, then rerun preflight. {refresh}")
-    now = current_fingerprints(params, root)
-    then = report.get("fingerprints", {})
-    stale = [f"encoded {s}" for s in SPLITS if then.get("encoded", {}).get(s) != now["encoded"][s]]
-    if then.get("tokenizer") != now["tokenizer"]:
-        stale.append("tokenizer")
-    if then.get("config") != now["config"]:
-        old = report.get("config", {})
-        new = gated_config(params)
-        changed = [f"{sec}.{k}" for sec in new for k in new[sec] if old.get(sec, {}).get(k) != new[sec][k]]
-        stale.append("config (" + (", ".join(changed) or "changed") + ")")
-    if stale:
-        raise GateError(f"{path}: the report was made for other inputs; mismatched fingerprint: {'; '.join(stale)}. {refresh}")
+    results = run_checks(ctx, CHECKS)
+    report = build_report(ctx, results, fingerprints)
+    atomic_write_json(report_path, report)
     return report

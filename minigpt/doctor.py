@@ -16,7 +16,8 @@ from minigpt import batching
 from minigpt.checkpoint import load_checkpoint, model_from_checkpoint, require_tokenizer
 from minigpt.config import DEFAULT_PARAMS, load_params
 from minigpt.device import select_device
-from minigpt.diagnostics import CHECKS, Check, CheckFailed, Context, format_table, run_checks
+from minigpt.checks import Check, CheckFailed, Context, format_table, run_checks
+from minigpt.diagnostics import CHECKS
 from minigpt.errors import MinigptError
 from minigpt.evaluation import TRAINED_MARGIN
 from minigpt.paths import TOKENIZER_FILE

@@ -16,7 +16,7 @@ from minigpt.encoding import load_ids
 from minigpt.errors import MinigptError
 from minigpt.paths import ENCODED_DIR, MODELS_DIR, TOKENIZER_FILE
 from minigpt.tokenizer import CharTokenizer
-from minigpt.training import autocast_for
+from minigpt.device import autocast_for
 
 
 def window_plan(num_tokens: int, block_size: int, stride: int) -> list[tuple[int, int]]:

@@ -14,7 +14,6 @@ import os
 import random
 import sys
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -24,17 +23,18 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from minigpt import batching
+from minigpt import batching, train_step
+from minigpt.code_binding import changed_files, code_fingerprint
 from minigpt.checkpoint import CheckpointError, load_checkpoint, load_state_strict, save_checkpoint
 from minigpt.config import Params
 from minigpt.device import select_device
-from minigpt.diagnostics import verify_gate
 from minigpt.encoding import load_split
 from minigpt.errors import ConfigError, MinigptError
+from minigpt.gate import verify_gate
 from minigpt.io_utils import atomic_write_json, atomic_write_text, canonical_json_digest, sha256_file
 from minigpt.model import MiniGPT, MiniGPTConfig
 from minigpt.nonfinite import NonFiniteTracker
-from minigpt.optim import cosine_with_warmup, make_adamw
+from minigpt.train_step import calc_loss_batch
 from minigpt.paths import ENCODED_DIR, MODELS_DIR, REPORTS_DIR, TOKENIZER_FILE
 from minigpt.tokenizer import CharTokenizer
 
@@ -54,18 +54,6 @@ class TrainingDiverged(MinigptError):
 
 
 # ------------------------------------------------------------------------------------- the guide's helpers
-
-def autocast_for(device: torch.device, precision: str):
-    if precision == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return nullcontext()
-
-
-def calc_loss_batch(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, precision: str = "fp32") -> torch.Tensor:
-    with autocast_for(inputs.device, precision):
-        _, loss = model(inputs, targets)
-    return loss
-
 
 def fixed_val_batches(val: torch.Tensor, count: int, batch_size: int, block_size: int, seed: int,
                       device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -164,13 +152,15 @@ def restore_rng(states: dict) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-def find_resume_checkpoint(params: Params, fingerprint: str, root: Path, out) -> dict | None:
-    """The checkpoint to continue from: train.resume_from (must match) or a matching models/ latest."""
+def find_resume_checkpoint(params: Params, fingerprint: str, code: dict, root: Path, out) -> dict | None:
+    """The checkpoint to continue from: train.resume_from (its data/model/settings must match; other code is
+    allowed there, and said) or models/ latest when data, settings and code all match (else a fresh start, and why)."""
     explicit = params.train.resume_from
     path = Path(explicit) if explicit else root / LATEST
     if not explicit and not path.is_file():
         return None
     checkpoint = load_checkpoint(path)
+    changed = changed_files(checkpoint.get("code_fingerprint"), code)
     if checkpoint.get("resume_fingerprint") != fingerprint:
         reason = f"{path} was written for other data/model/training settings"
         if explicit:
@@ -178,6 +168,19 @@ def find_resume_checkpoint(params: Params, fingerprint: str, root: Path, out) ->
                                   "or set train.resume_from=null to start fresh.")
         out(f"[train] not resuming: {reason}; starting from step 0")
         return None
+    if changed and not explicit:
+        out(f"[train] not resuming: {path} was written by other code (changed: {', '.join(changed[:8])}"
+            f"{' …' if len(changed) > 8 else ''}); starting from step 0. To continue it across the change on purpose, "
+            f"set train.resume_from={path}")
+        return None
+    if changed:
+        out(f"[train] train.resume_from: continuing {path} across a code change (changed: {', '.join(changed[:8])})")
+    if checkpoint["step"] >= params.train.max_steps:
+        if explicit:
+            raise CheckpointError(f"train.resume_from: {path} is already at step {checkpoint['step']} of "
+                                  f"train.max_steps = {params.train.max_steps}; there is nothing left to train.")
+        out(f"[train] {path} already finished this exact run (same data, settings and code) at step "
+            f"{checkpoint['step']}; nothing left to train. Delete it to train again.")
     checkpoint["path"] = str(path)
     return checkpoint
 
@@ -275,16 +278,18 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
     train_ids, val_ids = load_split(root / ENCODED_DIR, "train"), load_split(root / ENCODED_DIR, "val")
     config = MiniGPTConfig.from_params(params.model, tokenizer.vocab_size)
     fingerprint = resume_fingerprint(params, tokenizer.fingerprint, root)
+    code = code_fingerprint()
+    binding = {"resume_fingerprint": fingerprint, "code_fingerprint": code}  # what auto-resume requires to match
 
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
     random.seed(cfg.seed)
     model = model_factory(config).to(device)
-    optimizer = make_adamw(model, cfg.lr, cfg.weight_decay, cfg.betas)
+    optimizer = train_step.make_optimizer(model, cfg)
     batch_gen = torch.Generator().manual_seed(cfg.seed * 1000 + ddp.rank)  # different data on every rank
     progress = Progress()
 
-    checkpoint = find_resume_checkpoint(params, fingerprint, root, say)
+    checkpoint = find_resume_checkpoint(params, fingerprint, code, root, say)
     if checkpoint is not None:
         load_state_strict(model, checkpoint, checkpoint["path"])
         optimizer.load_state_dict(checkpoint["optimizer_state"])  # moves state to the parameters' device
@@ -318,19 +323,14 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
         for step in range(progress.step + 1, cfg.max_steps + 1):
             started = time.perf_counter()
             time_fraction = progress.elapsed_s / budget if budget else 0.0
-            lr = cosine_with_warmup(step, cfg.warmup_steps, cfg.max_steps, cfg.lr, cfg.min_lr, time_fraction)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+            lr = train_step.scheduled_lr(cfg, step, time_fraction)
             inputs, targets = batching.get_batch(train_ids, per_rank_batch, config.block_size, device, batch_gen)
-            loss = calc_loss_batch(model, inputs, targets, cfg.precision)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            # the pre-clip norm; identical on every rank after DDP's all-reduce, so all ranks stop together
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip))
-            loss_value = float(loss.detach())
-            if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
+            # the pre-clip norm is identical on every rank after DDP's all-reduce, so all ranks stop together
+            result = train_step.training_step(model, optimizer, inputs, targets, lr, cfg.precision, cfg.grad_clip,
+                                              raw_model.parameters())
+            loss_value, grad_norm = result.loss, result.grad_norm
+            if not result.stepped:
                 _raise_diverged(step, loss_value, grad_norm, raw_model, inputs, targets, cfg.precision, progress, root)
-            optimizer.step()
             progress.step = step
             progress.clipped_steps += grad_norm > cfg.grad_clip
             step_s = time.perf_counter() - started
@@ -343,7 +343,7 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
                 batch_rng = _gather_batch_rng(batch_gen, ddp)  # every rank takes part
                 if ddp.main:
                     _evaluate_and_checkpoint(record, raw_model, val_batches, tokenizer, cfg, device, progress,
-                                             optimizer, batch_rng, fingerprint, root, say)
+                                             optimizer, batch_rng, binding, root, say)
                 if ddp.world > 1:
                     dist.barrier()
                 # evaluation and checkpoints spend the budget too: the clock is the loop's wall clock (agreed
@@ -399,7 +399,7 @@ def _gather_batch_rng(batch_gen: torch.Generator, ddp: Dist) -> list[torch.Tenso
 
 
 def _evaluate_and_checkpoint(record, model, val_batches, tokenizer, cfg, device, progress, optimizer, batch_rng,
-                             fingerprint, root, say) -> None:
+                             binding, root, say) -> None:
     val_loss = evaluate_model(model, val_batches, cfg.precision)
     record["val_loss"] = round(val_loss, 6)
     if cfg.sample_length:
@@ -412,7 +412,7 @@ def _evaluate_and_checkpoint(record, model, val_batches, tokenizer, cfg, device,
     state = dict(
         optimizer_state=optimizer.state_dict(), step=progress.step, best_val_loss=progress.best_val_loss,
         best_step=progress.best_step, elapsed_s=progress.elapsed_s, clipped_steps=progress.clipped_steps,
-        history=progress.history + [record], rng=rng_states(), batch_rng=batch_rng, resume_fingerprint=fingerprint,
+        history=progress.history + [record], rng=rng_states(), batch_rng=batch_rng, **binding,
         train_config=dict(vars(cfg)),
     )
     if improved:

@@ -1,8 +1,14 @@
-"""Stage preflight: prove the pipeline on the real data before training; writes reports/debug_report.json."""
+"""Stage preflight: prove the pipeline on the real data before training; writes reports/debug_report.json.
+
+The previous report is removed first, so a crash or a bad params.yaml can never leave an old passing one behind.
+"""
 
 from pathlib import Path
 
-from minigpt.diagnostics import PreflightFailed, format_table, run_preflight
+from minigpt.checks import format_table
+from minigpt.diagnostics import discard_report, run_preflight
+from minigpt.gate import PreflightFailed
+from minigpt.paths import DEBUG_REPORT
 from minigpt.stage import stage_main
 
 
@@ -16,4 +22,5 @@ def run(params):
 
 
 if __name__ == "__main__":
+    discard_report(Path(DEBUG_REPORT))
     raise SystemExit(stage_main("preflight", run))

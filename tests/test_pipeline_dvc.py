@@ -1,6 +1,7 @@
 """The data stages through real `dvc repro` on the fixture, in a temporary git repo."""
 
 import json
+import sys
 
 from dvc_project import DvcProject
 
@@ -48,7 +49,7 @@ def test_preflight_gates_each_learning_rate_and_stops_dvc_on_failure(tmp_path, f
     second = project.dvc("repro", "preflight")
     assert project.stages_run(second.stdout) == ["preflight"]
 
-    project.compose(base + ["train.lr=0.1"])
+    project.compose(base + ["train.lr=1.0"])
     failed = project.dvc("repro", "preflight", check=False)
     assert failed.returncode != 0
     assert "lr_stability" in failed.stdout + failed.stderr
@@ -75,6 +76,17 @@ def test_full_dag_then_noop_then_lr_sweep_through_the_queue(tmp_path, fixture_di
     assert metrics["val"]["bpc"] < metrics["baseline_bpc"]
     assert json.loads((root / "reports/debug_report.json").read_text())["passed"] is True
     assert project.stages_run(project.dvc("repro").stdout) == []
+
+    # a code change after a finished run: the old report is refused by name, and the rerun trains from step 1
+    model_py = root / "minigpt/model.py"
+    model_py.write_text(model_py.read_text() + "\n# a code change\n")
+    refused = project.run(sys.executable, "stages/train.py", check=False)
+    assert refused.returncode == 1 and "mismatched fingerprint: code (minigpt/model.py)" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    rerun = project.dvc("repro")
+    assert project.stages_run(rerun.stdout) == LR_STAGES
+    assert "not resuming" in rerun.stdout and "other code (changed: minigpt/model.py)" in rerun.stdout
+    assert "steps 1..200" in rerun.stdout and "resuming from" not in rerun.stdout
 
     project.git("add", "-A")
     project.git("commit", "-q", "-m", "baseline run")
@@ -108,7 +120,7 @@ def test_full_dag_then_noop_then_lr_sweep_through_the_queue(tmp_path, fixture_di
 
 
 def test_a_failing_preflight_stops_dvc_repro_before_train(tmp_path, fixture_dir):
-    project = DvcProject(tmp_path / "proj", ["experiment=debug", "data=local", f"data.path={fixture_dir}", "train.lr=0.1"])
+    project = DvcProject(tmp_path / "proj", ["experiment=debug", "data=local", f"data.path={fixture_dir}", "train.lr=1.0"])
     result = project.dvc("repro", check=False)
     assert result.returncode != 0
     assert project.stages_run(result.stdout) == ["fetch", "clean", "tokenizer", "encode", "preflight"]

@@ -1,5 +1,6 @@
 """The preflight checks: the correct pipeline passes; each deliberate break fails its own check, by name."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -10,14 +11,18 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minigpt import batching, diagnostics
+from minigpt import batching, diagnostics, gate, optim, train_step
+from minigpt import device as device_module
 from minigpt import model as model_module
+from minigpt.checks import format_table
 from minigpt.config import load_params
-from minigpt.diagnostics import CHECKS, GateError, run_preflight, verify_gate
+from minigpt.diagnostics import CHECKS, run_preflight
+from minigpt.gate import GateError, verify_gate
 from minigpt.encoding import encode_splits
 from minigpt.io_utils import sha256_file
 from minigpt.model import MiniGPT
 from minigpt.tokenizer import CharTokenizer
+from minigpt.training import train
 
 from pipeline_fixture import REPO_ROOT, recompose
 
@@ -35,7 +40,7 @@ def test_correct_pipeline_passes_every_check(project, seed):
     root, source = project
     params = recompose(root, source, [f"preflight.seed={seed}"])
     report = run_preflight(params, root)
-    assert report["passed"], diagnostics.format_table(report["checks"])
+    assert report["passed"], format_table(report["checks"])
     assert [c["name"] for c in report["checks"]] == [c.name for c in CHECKS]
     assert set(statuses(report).values()) == {"passed"}
     vocab = report["vocab_size"]
@@ -109,28 +114,29 @@ def test_causal_mask_switched_off_fails_causal_independence(project, monkeypatch
 
 def test_learning_rate_too_high_fails_lr_stability(project):
     root, source = project
-    report = run_preflight(recompose(root, source, ["train.lr=0.1"]), root)
+    report = run_preflight(recompose(root, source, ["train.lr=1.0"]), root)
     assert failed(report) == ["lr_stability"]
+    assert statuses(report)["rehearsal_learns"] == "skipped"
     message = next(c for c in report["checks"] if c["name"] == "lr_stability")["message"]
     assert "learning rate is too high" in message
 
 
-def test_lr_stability_runs_the_configured_warmup_before_the_peak_lr(project):
-    """A fresh model's first full-size AdamW steps spike the loss once; the run warms up, so the check does too."""
+def test_lr_stability_rehearses_the_runs_warmup_then_the_peak(project):
+    """The rehearsal applies the run's schedule: linear warmup (shortened to rehearsal_warmup_max), then the peak."""
     root, source = project
-    # the budget-72s model at lr 1.5e-3: without warmup its 5th step spikes (4.23 -> 5.02) and training recovers
-    shape = ["model.embedding_dim=128", "model.num_heads=4", "model.num_layers=4", "model.block_size=64",
-             "model.dropout=0.0", "train.betas=[0.9,0.99]", "train.lr=1.5e-3"]
 
-    def lr_check(warmup):
-        report = run_preflight(recompose(root, source, [*shape, f"train.warmup_steps={warmup}"]), root)
-        return next(c for c in report["checks"] if c["name"] == "lr_stability")
+    def applied(overrides):
+        report = run_preflight(recompose(root, source, overrides), root)
+        return next(c for c in report["checks"] if c["name"] == "lr_stability")["measured"]
 
-    cold = lr_check(0)
-    assert cold["status"] == "failed" and "spiked" in cold["message"]
-    warm = lr_check(10)
-    assert warm["status"] == "passed" and warm["measured"]["warmup_steps"] == 10
-    assert len(warm["measured"]["losses"]) == 10 + 20 and warm["measured"]["losses"][0] == cold["measured"]["losses"][0]
+    short = applied(["train.lr=2e-3", "train.warmup_steps=10", "train.max_steps=100000"])
+    lrs = short["lrs"]
+    assert short["warmup_steps"] == 10 and len(lrs) == 10 + 40
+    assert lrs[:10] == pytest.approx([2e-3 * k / 10 for k in range(1, 11)])
+    assert lrs[10:] == pytest.approx([2e-3] * 40, rel=1e-4), "near the peak after warmup (cosine over 100k steps)"
+    capped = applied(["train.lr=2e-3", "train.warmup_steps=500", "train.max_steps=100000"])
+    assert capped["warmup_steps"] == 20 and capped["lrs"][0] == pytest.approx(2e-3 / 20)
+    assert capped["max_lr_applied"] == pytest.approx(2e-3)
 
 
 def frozen_model(config):
@@ -145,6 +151,25 @@ def test_frozen_parameters_fail_gradients_and_optimizer_update(project):
     report = run_preflight(recompose(root, source, []), root, model_factory=frozen_model)
     assert {"gradients", "optimizer_update"} <= set(failed(report))
     assert "every parameter is frozen" in next(c for c in report["checks"] if c["name"] == "gradients")["message"]
+
+
+def partly_frozen_model(config):
+    model = MiniGPT(config)
+    model.blocks[0].mlp.fc.weight.requires_grad_(False)
+    return model
+
+
+def test_a_partly_frozen_model_fails_by_the_parameters_name(project):
+    """The configuration trains every parameter: one frozen layer is a bug that a loss curve would hide."""
+    root, source = project
+    report = run_preflight(recompose(root, source, []), root, model_factory=partly_frozen_model)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["gradients"]["status"] == "failed"
+    assert "frozen parameters (requires_grad=False) that the run would never train: blocks.0.mlp.fc.weight" in \
+        checks["gradients"]["message"]
+    assert checks["optimizer_update"]["status"] == "failed"
+    assert checks["optimizer_update"]["measured"]["unchanged"] == ["blocks.0.mlp.fc.weight"]
+    assert report["frozen_parameters"] == ["blocks.0.mlp.fc.weight"]
 
 
 class WithUnusedLayer(MiniGPT):
@@ -208,7 +233,7 @@ def test_swapped_tokenizer_with_same_size_fails_tokenizer_and_gate(project):
 
 def test_preflight_stage_exits_nonzero_after_writing_the_report(project):
     root, source = project
-    recompose(root, source, ["train.lr=0.1"])
+    recompose(root, source, ["train.lr=1.0"])
     result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/preflight.py")], cwd=root, capture_output=True, text=True)
     assert result.returncode == 1
     assert "lr_stability           FAILED" in result.stdout
@@ -234,7 +259,7 @@ def test_gate_refuses_missing_failed_edited_and_stale_reports(project):
     with pytest.raises(GateError, match="no debug report"):
         verify_gate(params, root)
 
-    run_preflight(recompose(root, source, ["train.lr=0.1"]), root)
+    run_preflight(recompose(root, source, ["train.lr=1.0"]), root)
     with pytest.raises(GateError, match=r"preflight failed \(lr_stability\)"):
         verify_gate(load_params(root / "params.yaml"), root)
 
@@ -266,5 +291,221 @@ def test_dvc_preflight_stage_reruns_on_exactly_the_params_the_gate_binds():
 
     stage = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text())["stages"]["preflight"]
     declared = set(stage["params"])
-    bound = {"model", "preflight"} | {f"train.{k}" for k in diagnostics.GATED_TRAIN_KEYS}
+    bound = {"model", "preflight"} | {f"train.{k}" for k in gate.GATED_TRAIN_KEYS}
     assert declared == bound
+
+
+# ------------------------------------------------------------------ bugs planted in the training code itself
+
+def zero_grad_between_backward_and_step(model, optimizer, inputs, targets, lr, precision, grad_clip, clip_params=None):
+    """The real step with zero_grad moved after backward: the optimizer steps on no gradient."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    loss = train_step.calc_loss_batch(model, inputs, targets, precision)
+    loss.backward()
+    optimizer.zero_grad(set_to_none=True)
+    norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip))
+    optimizer.step()
+    return train_step.StepResult(float(loss.detach()), norm, lr, True)
+
+
+def test_a_step_order_bug_in_the_training_step_fails_optimizer_update_and_really_breaks_training(project):
+    root, source = project
+    params = recompose(root, source, ["train.max_steps=60", "train.eval_every=60", "train.eval_batches=2",
+                                      "train.sample_length=0"])
+    original = train_step.training_step
+    try:
+        train_step.training_step = zero_grad_between_backward_and_step
+        report = run_preflight(params, root)
+        broken = train(params, root, require_gate=False, out=lambda _m: None)
+    finally:
+        train_step.training_step = original
+    assert failed(report) == ["optimizer_update"]
+    assert "one training step changed no parameter" in next(
+        c for c in report["checks"] if c["name"] == "optimizer_update")["message"]
+    assert statuses(report)["lr_stability"] == statuses(report)["rehearsal_learns"] == "skipped"
+    # the same planted bug is in the loop that train() runs: it learns nothing there either
+    (root / "models/mini_gpt_latest.pt").unlink()
+    healthy = train(params, root, require_gate=False, out=lambda _m: None)
+    log_v = np.log(report["vocab_size"])
+    assert broken["best_val_loss"] > log_v - 0.25 and healthy["best_val_loss"] < log_v - 1.0
+
+
+def test_a_learning_rate_far_too_low_fails_rehearsal_learns(project):
+    root, source = project
+    report = run_preflight(recompose(root, source, ["train.lr=1e-6"]), root)
+    assert failed(report) == ["rehearsal_learns"]
+    check = next(c for c in report["checks"] if c["name"] == "rehearsal_learns")
+    assert "the training step does not learn" in check["message"]
+    assert check["measured"]["probe_loss_after"] > check["measured"]["bar"]
+
+
+def test_a_schedule_that_drops_the_lr_to_zero_fails_lr_stability(project, monkeypatch):
+    real = optim.cosine_with_warmup
+
+    def zero_after_warmup(step, warmup_steps, total_steps, max_lr, min_lr=None, time_fraction=0.0):
+        return real(step, warmup_steps, total_steps, max_lr, min_lr, time_fraction) if step < warmup_steps else 0.0
+
+    root, source = project
+    monkeypatch.setattr(optim, "cosine_with_warmup", zero_after_warmup)
+    report = run_preflight(recompose(root, source, []), root)
+    assert failed(report) == ["lr_stability"]
+    assert "the LR schedule is broken" in next(c for c in report["checks"] if c["name"] == "lr_stability")["message"]
+
+
+def test_a_schedule_that_sends_the_lr_far_above_the_peak_fails_lr_stability(project, monkeypatch):
+    real = optim.cosine_with_warmup
+    monkeypatch.setattr(optim, "cosine_with_warmup", lambda *a, **k: 100 * real(*a, **k))
+    root, source = project
+    report = run_preflight(recompose(root, source, []), root)
+    assert "lr_stability" in failed(report)
+    assert "outside (0, 0.003]" in next(c for c in report["checks"] if c["name"] == "lr_stability")["message"]
+
+
+def test_an_autocast_path_that_cuts_the_graph_fails_gradients_in_bf16(project, monkeypatch):
+    """The bf16 path (the production precision) reusing inference's context: fp32 preflight would never see it."""
+    real = device_module.autocast_for
+
+    def inference_autocast(device, precision):
+        if precision == "bf16":
+            return torch.inference_mode()
+        return real(device, precision)
+
+    root, source = project
+    monkeypatch.setattr(device_module, "autocast_for", inference_autocast)
+    fp32 = run_preflight(recompose(root, source, ["train.precision=fp32"]), root)
+    assert fp32["passed"], format_table(fp32["checks"])
+    bf16 = run_preflight(recompose(root, source, ["train.precision=bf16"]), root)
+    assert failed(bf16)[0] == "gradients"
+    message = next(c for c in bf16["checks"] if c["name"] == "gradients")["message"]
+    assert message.startswith("the check raised RuntimeError") and "raised in" in message
+
+
+def test_bf16_preflight_rehearses_in_bf16_and_passes(project):
+    root, source = project
+    report = run_preflight(recompose(root, source, ["train.precision=bf16"]), root)
+    assert report["passed"], format_table(report["checks"])
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["lr_stability"]["measured"]["precision"] == "bf16"
+    assert checks["single_batch_overfit"]["measured"]["precision"] == "bf16"
+
+
+# ------------------------------------------------------------- crashes become failures, never a stale report
+
+def detached_forward(self, inputs, targets=None):
+    """MiniGPT.forward with the residual stream cut from the embeddings."""
+    positions = torch.arange(inputs.shape[1], device=inputs.device)
+    x = (self.tok_emb(inputs) + self.pos_emb(positions)).detach()
+    for block in self.blocks:
+        x = block(x)
+    logits = self.head(self.ln_f(x))
+    loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+    return logits, loss
+
+
+def load_stage(name):
+    spec = importlib.util.spec_from_file_location(f"stage_{name}", REPO_ROOT / "stages" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_detached_residual_stream_fails_by_name_with_a_report_and_no_traceback(project, monkeypatch, capsys):
+    root, source = project
+    recompose(root, source, [])
+    monkeypatch.chdir(root)
+    stage = load_stage("preflight")
+    assert stage.stage_main("preflight", stage.run, []) == 0
+    assert json.loads((root / "reports/debug_report.json").read_text())["passed"] is True
+    capsys.readouterr()
+
+    monkeypatch.setattr(MiniGPT, "forward", detached_forward)
+    assert stage.stage_main("preflight", stage.run, []) == 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    report = json.loads((root / "reports/debug_report.json").read_text())
+    assert report["passed"] is False and "causal_independence" in report["failed"]
+    causal = next(c for c in report["checks"] if c["name"] == "causal_independence")
+    assert "the residual stream is cut from the embeddings" in causal["message"] and "'tok_emb'" in causal["message"]
+    assert "no gradient for tok_emb.weight, pos_emb.weight" in next(
+        c for c in report["checks"] if c["name"] == "gradients")["message"]
+    assert "causal_independence" in err
+
+
+def test_any_exception_in_a_check_is_that_checks_failure(project, monkeypatch):
+    root, source = project
+
+    def broken_batches(data, batch_size, block_size, device="cpu", generator=None):
+        raise ValueError("planted")
+
+    monkeypatch.setattr(batching, "get_batch", broken_batches)
+    report = run_preflight(recompose(root, source, []), root)
+    assert failed(report) == ["batch_shift"]
+    message = next(c for c in report["checks"] if c["name"] == "batch_shift")["message"]
+    assert message.startswith("the check raised ValueError: planted (raised in test_preflight.py:")
+    assert statuses(report)["forward_shapes"] == "skipped"
+    assert json.loads((root / "reports/debug_report.json").read_text())["passed"] is False
+
+
+def test_a_crash_outside_the_checks_leaves_no_report_behind(project, monkeypatch):
+    root, source = project
+    params = recompose(root, source, [])
+    assert run_preflight(params, root)["passed"]
+
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(diagnostics, "run_checks", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_preflight(params, root)
+    assert not (root / "reports/debug_report.json").exists()
+    with pytest.raises(GateError, match="no debug report"):
+        verify_gate(params, root)
+
+
+# ---------------------------------------------------------------------------------------- data over whole splits
+
+def test_the_tokenizer_check_covers_every_character_of_every_split(project):
+    root, source = project
+    params = recompose(root, source, [])
+    clean = root / "data/clean/val.txt"
+    text = clean.read_text()
+    position = len(text) - 10  # far past any prefix
+    replacement = next(c for c in CharTokenizer.load(root / "data/tokenizer/char_tokenizer.json").chars if c != text[position])
+    clean.write_text(text[:position] + replacement + text[position + 1:])
+    report = run_preflight(params, root)
+    assert failed(report) == ["tokenizer"]
+    message = next(c for c in report["checks"] if c["name"] == "tokenizer")["message"]
+    assert f"decoded val IDs differ from data/clean/val.txt at character {position}" in message
+
+
+@pytest.mark.parametrize("split", ["train", "val", "test"])
+def test_a_split_shorter_than_one_window_fails_token_ids_by_name(project, split):
+    root, source = project
+    params = recompose(root, source, [])
+    tok = CharTokenizer.load(root / "data/tokenizer/char_tokenizer.json")
+    texts = {s: (root / f"data/clean/{s}.txt").read_text() for s in ("train", "val", "test")}
+    texts[split] = texts[split][: params.model.block_size]  # one token short of a window
+    for name, text in texts.items():
+        (root / f"data/clean/{name}.txt").write_text(text)
+    encode_splits(texts, tok, root / "data/encoded")
+    report = run_preflight(params, root)
+    assert failed(report) == ["token_ids"]
+    message = next(c for c in report["checks"] if c["name"] == "token_ids")["message"]
+    assert f"{split}: {params.model.block_size} tokens, fewer than one window of model.block_size + 1" in message
+
+
+# ----------------------------------------------------------------------------------------------- false alarms
+
+@pytest.mark.slow
+def test_no_false_alarm_over_30_seeds_and_the_divergent_lrs_still_fail(project):
+    root, source = project
+    alarms = []
+    for seed in range(1, 31):
+        report = run_preflight(recompose(root, source, [f"preflight.seed={seed}"]), root)
+        if not report["passed"]:
+            alarms.append((seed, failed(report)))
+    assert alarms == []
+    for lr in ("1.0", "10.0"):
+        report = run_preflight(recompose(root, source, [f"train.lr={lr}"]), root)
+        assert "lr_stability" in failed(report), lr

@@ -36,7 +36,7 @@ def test_train_refuses_without_a_passing_current_report(project):
     recompose(root, source, FAST)
     result = stage(root)
     assert result.returncode == 1 and "no debug report" in result.stderr and "dvc repro preflight" in result.stderr
-    run_preflight(recompose(root, source, FAST + ["train.lr=0.1"]), root)
+    run_preflight(recompose(root, source, FAST + ["train.lr=1.0"]), root)
     result = stage(root)
     assert result.returncode == 1 and "preflight failed (lr_stability)" in result.stderr
     run_preflight(recompose(root, source, FAST), root)

@@ -1,0 +1,82 @@
+"""The debug report's binding and the training gate.
+
+A report is bound to the encoded arrays, the tokenizer, the gated configuration and the run's code (the files
+of minigpt.code_binding). Training refuses to start unless the report passed and every binding still holds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from minigpt.code_binding import changed_files, code_fingerprint
+from minigpt.config import Params
+from minigpt.errors import MinigptError
+from minigpt.io_utils import canonical_json_digest, read_json, sha256_file
+from minigpt.paths import DEBUG_REPORT, ENCODED_DIR, SPLITS, TOKENIZER_FILE
+from minigpt.tokenizer import CharTokenizer
+
+# train.* keys whose value changes what preflight proves (the gate refuses a report made with other values):
+# the rehearsal runs the run's optimizer, schedule (over max_steps, down to min_lr), clipping and precision
+GATED_TRAIN_KEYS = ("lr", "min_lr", "max_steps", "warmup_steps", "weight_decay", "betas", "grad_clip", "device",
+                    "precision")
+
+
+class PreflightFailed(MinigptError):
+    """A preflight check failed: the report was written and names it."""
+
+
+class GateError(MinigptError):
+    """Training refused: the debug report is missing, failed, edited, or made for other data/config/code."""
+
+
+def gated_config(params: Params) -> dict:
+    return {
+        "model": params.section_dict("model"),
+        "train": {k: params.section_dict("train")[k] for k in GATED_TRAIN_KEYS},
+        "preflight": params.section_dict("preflight"),
+    }
+
+
+def current_fingerprints(params: Params, root: Path = Path(".")) -> dict:
+    """What a report is bound to: the encoded arrays' SHA-256, the tokenizer fingerprint, the gated config, the
+    run's code."""
+    encoded = {}
+    for split in SPLITS:
+        path = root / ENCODED_DIR / f"{split}.npy"
+        encoded[split] = sha256_file(path) if path.is_file() else None
+    try:
+        tokenizer = CharTokenizer.load(root / TOKENIZER_FILE).fingerprint
+    except MinigptError:
+        tokenizer = None
+    return {"encoded": encoded, "tokenizer": tokenizer, "config": canonical_json_digest(gated_config(params)),
+            "code": code_fingerprint()}
+
+
+def verify_gate(params: Params, root: Path = Path("."), report_path: Path | None = None) -> dict:
+    """Refuse training unless the report passed and is bound to exactly the current data, configuration and code."""
+    path = report_path or root / DEBUG_REPORT
+    refresh = "Run `dvc repro preflight` (or `python stages/preflight.py`) to refresh it."
+    report = read_json(path, missing="no debug report; training starts only after preflight passes",
+                       invalid="unreadable debug report", fix=refresh, error=GateError)
+    if not isinstance(report, dict):
+        raise GateError(f"{path}: not a debug report (a JSON object was expected, found {type(report).__name__}). {refresh}")
+    body = {k: v for k, v in report.items() if k != "report_digest"}
+    if report.get("report_digest") != canonical_json_digest(body):
+        raise GateError(f"{path}: the report does not match its digest: it was edited by hand. {refresh}")
+    if not report.get("passed"):
+        raise GateError(f"{path}: preflight failed ({', '.join(report.get('failed') or ['?'])}); fix that, then rerun preflight. {refresh}")
+    now = current_fingerprints(params, root)
+    then = report.get("fingerprints") or {}
+    stale = [f"encoded {s}" for s in SPLITS if (then.get("encoded") or {}).get(s) != now["encoded"][s]]
+    if then.get("tokenizer") != now["tokenizer"]:
+        stale.append("tokenizer")
+    if then.get("config") != now["config"]:
+        old = report.get("config") or {}
+        new = gated_config(params)
+        changed = [f"{sec}.{k}" for sec in new for k in new[sec] if (old.get(sec) or {}).get(k) != new[sec][k]]
+        stale.append("config (" + (", ".join(changed) or "changed") + ")")
+    if (then.get("code") or {}).get("digest") != now["code"]["digest"]:
+        stale.append("code (" + (", ".join(changed_files(then.get("code"), now["code"])) or "changed") + ")")
+    if stale:
+        raise GateError(f"{path}: the report was made for other inputs; mismatched fingerprint: {'; '.join(stale)}. {refresh}")
+    return report

@@ -1,0 +1,212 @@
+"""Preflight's rehearsal of the training run, through the run's own step (minigpt.train_step): its optimizer,
+its LR schedule (warmup shortened to at most preflight.rehearsal_warmup_max steps), its precision, its
+clipping, on real train batches of preflight.batch_size windows.
+
+Three checks read it:
+- lr_stability: the rehearsal stays finite, applies the configured peak LR, and does not diverge;
+- rehearsal_learns: after it, the loss on fixed train batches is clearly below what train's character
+  frequencies alone score on them (a correctly updating model is well below by then; README, "The rehearsal");
+- single_batch_overfit: a fresh debug model memorises one batch through the same step.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import numpy as np
+import torch
+
+from minigpt import batching, train_step
+from minigpt.checks import CheckFailed, Context
+from minigpt.model import MiniGPTConfig
+from minigpt.nonfinite import NonFiniteTracker
+
+# The guide's debug model, used by single_batch_overfit whatever model is configured for training.
+DEBUG_MODEL = dict(block_size=32, embedding_dim=64, num_heads=4, num_layers=2, expansion_factor=4, dropout=0.0)
+# a rise must last this many steps (the running median's window is 2 * SUSTAIN - 1) to count as divergence:
+# one odd batch (a table of numbers, a run of rare characters) lifts a single step's loss by nats
+SUSTAIN = 3
+
+
+def unigram_log_probs(ids: torch.Tensor, vocab_size: int) -> np.ndarray:
+    """log p(character) from train's frequencies (unseen characters get one count, so every value is finite)."""
+    counts = np.bincount(ids.numpy(), minlength=vocab_size).astype(np.float64)
+    counts = np.maximum(counts, 1.0)
+    return np.log(counts / counts.sum())
+
+
+def unigram_entropy(ids: torch.Tensor, vocab_size: int) -> float:
+    """Entropy (nats/char) of train's character frequencies: the loss of the best model that ignores context."""
+    log_p = unigram_log_probs(ids, vocab_size)
+    return float(-(np.exp(log_p) * log_p).sum())
+
+
+def unigram_loss(batches, log_p: np.ndarray) -> float:
+    """The loss a model that knows only train's character frequencies gets on these batches' targets."""
+    targets = np.concatenate([y.cpu().numpy().ravel() for _, y in batches])
+    return float(-log_p[targets].mean())
+
+
+def rehearsal_warmup(ctx: Context) -> int:
+    return min(ctx.params.train.warmup_steps, ctx.params.preflight.rehearsal_warmup_max)
+
+
+def running_median(values: list[float], window: int) -> list[float]:
+    half = window // 2
+    return [statistics.median(values[max(0, i - half): i + half + 1]) for i in range(len(values))]
+
+
+@torch.no_grad()
+def probe_loss(model, batches, precision: str) -> float:
+    was_training = model.training
+    model.eval()
+    try:
+        return sum(float(train_step.calc_loss_batch(model, x, y, precision)) for x, y in batches) / len(batches)
+    finally:
+        model.train(was_training)
+
+
+def rehearse(ctx: Context) -> dict:
+    """Run the rehearsal once; its record goes to ctx.rehearsal for the checks that judge it."""
+    train, pre = ctx.params.train, ctx.params.preflight
+    ctx.seed_all(5)
+    model = ctx.model_factory(ctx.model_config).to(ctx.device)
+    model.train()
+    optimizer = train_step.make_optimizer(model, train)
+    block = ctx.model_config.block_size
+    probe_gen = ctx.generator(50)
+    probes = [batching.get_batch(ctx.splits["train"], pre.batch_size, block, ctx.device, probe_gen)
+              for _ in range(pre.probe_batches)]
+    warmup = rehearsal_warmup(ctx)
+    steps = warmup + pre.rehearsal_steps
+    record = {"warmup_steps": warmup, "steps_at_peak": pre.rehearsal_steps, "batch_size": pre.batch_size,
+              "precision": train.precision, "probe_batches": pre.probe_batches,
+              "probe_loss_before": probe_loss(model, probes, train.precision),
+              "probe_unigram_loss": unigram_loss(probes, unigram_log_probs(ctx.splits["train"], ctx.model_config.vocab_size)),
+              "losses": [], "lrs": [],
+              "failure": None}
+    gen = ctx.generator(5)
+    with NonFiniteTracker(model) as tracker:
+        for step in range(1, steps + 1):
+            inputs, targets = batching.get_batch(ctx.splits["train"], pre.batch_size, block, ctx.device, gen)
+            tracker.reset()
+            result = train_step.training_step(model, optimizer, inputs, targets,
+                                              train_step.scheduled_lr(train, step, warmup_steps=warmup),
+                                              train.precision, train.grad_clip)
+            record["lrs"].append(result.lr)
+            if not result.stepped:
+                what = f"loss {result.loss}" if not math.isfinite(result.loss) else f"gradient norm {result.grad_norm}"
+                record["failure"] = (f"non-finite {what} at rehearsal step {step} (lr {result.lr:.3g}); first module "
+                                     f"with a non-finite output: '{tracker.first}'")
+                break
+            record["losses"].append(result.loss)
+    if record["failure"] is None:
+        record["probe_loss_after"] = probe_loss(model, probes, train.precision)
+    ctx.rehearsal = record
+    return record
+
+
+def check_lr_stability(ctx: Context) -> dict:
+    train, pre = ctx.params.train, ctx.params.preflight
+    record = rehearse(ctx)
+    losses, lrs = record["losses"], record["lrs"]
+    measured = {k: v for k, v in record.items() if k not in ("losses", "lrs", "failure")}
+    measured.update(lr=train.lr, losses=[round(v, 4) for v in losses], lrs=[float(f"{v:.6g}") for v in lrs],
+                    max_lr_applied=max(lrs, default=0.0))
+    if record["failure"]:
+        raise CheckFailed(record["failure"], measured)
+    # the schedule: the rehearsal must really reach the configured peak, and never leave (0, peak]
+    out_of_range = [i + 1 for i, lr in enumerate(lrs) if not 0.0 < lr <= train.lr * (1 + 1e-9)]
+    if out_of_range or max(lrs) < 0.9 * train.lr:
+        raise CheckFailed(
+            f"the schedule applied LRs {min(lrs):.3g} .. {max(lrs):.3g} (first bad step {out_of_range[:1] or '-'}), "
+            f"outside (0, {train.lr:g}] or never near the configured peak {train.lr:g}: the LR schedule is broken",
+            measured,
+        )
+    smooth = running_median(losses, 2 * SUSTAIN - 1)
+    start = smooth[0]
+    worst = max(range(len(smooth)), key=smooth.__getitem__)
+    measured.update(start_loss=start, max_sustained_loss=smooth[worst], max_sustained_step=worst + 1)
+    if smooth[worst] > start + pre.lr_rise_tolerance:
+        raise CheckFailed(
+            f"at lr {train.lr:g} the loss rose from {start:.4f} to {smooth[worst]:.4f} (running median over "
+            f"{2 * SUSTAIN - 1} steps, step {worst + 1}; tolerance +{pre.lr_rise_tolerance}): the learning rate is too "
+            "high for this model",
+            measured,
+        )
+    if record["probe_loss_after"] > record["probe_loss_before"]:
+        raise CheckFailed(
+            f"at lr {train.lr:g} the loss on fixed train batches ended above where it started "
+            f"({record['probe_loss_before']:.4f} -> {record['probe_loss_after']:.4f}): the learning rate is too high "
+            "for this model",
+            measured,
+        )
+    return measured
+
+
+def check_rehearsal_learns(ctx: Context) -> dict:
+    """The model must have learned more than character frequencies: the fixed batches' loss ends clearly below
+    what train's unigram distribution scores on those very batches (so a batch of rare text moves both)."""
+    record, margin = ctx.rehearsal, ctx.params.preflight.learn_margin
+    bar = record["probe_unigram_loss"] - margin
+    after = record["probe_loss_after"]
+    measured = {"probe_loss_before": record["probe_loss_before"], "probe_loss_after": after,
+                "probe_unigram_loss": record["probe_unigram_loss"],
+                "unigram_entropy": unigram_entropy(ctx.splits["train"], ctx.model_config.vocab_size),
+                "log_v": math.log(ctx.model_config.vocab_size), "bar": bar, "steps": len(record["losses"])}
+    ctx.summary["rehearsal_loss"] = after
+    if not after <= bar:
+        raise CheckFailed(
+            f"after {len(record['losses'])} rehearsal steps the loss on fixed train batches is {after:.4f} (from "
+            f"{record['probe_loss_before']:.4f}); train's character frequencies alone score "
+            f"{record['probe_unigram_loss']:.4f} on them, and a correctly updating model is at least {margin} below "
+            f"that by then ({bar:.4f}): the training step does not learn (updates that never land, an LR far too "
+            "low, or one so high that the model falls back to character frequencies)",
+            measured,
+        )
+    return measured
+
+
+def overfit_run(ctx: Context, dropout: float) -> dict:
+    train, pre = ctx.params.train, ctx.params.preflight
+    config = MiniGPTConfig(vocab_size=ctx.model_config.vocab_size, **{**DEBUG_MODEL, "dropout": dropout})
+    ctx.seed_all(6)
+    model = ctx.model_factory(config).to(ctx.device)
+    model.train()
+    # the run's optimizer and step at the check's own constant LR, without weight decay (memorising is the point)
+    optimizer = train_step.make_optimizer(model, train, lr=pre.overfit_lr, weight_decay=0.0)
+    inputs, targets = batching.get_batch(ctx.splits["train"], pre.overfit_batch_size, config.block_size, ctx.device,
+                                         ctx.generator(6))
+    losses, failure = [], None
+    for step in range(1, pre.overfit_steps + 1):
+        result = train_step.training_step(model, optimizer, inputs, targets, pre.overfit_lr, train.precision,
+                                          train.grad_clip)
+        if not result.stepped:
+            failure = f"loss {result.loss} / gradient norm {result.grad_norm} at overfit step {step}"
+            break
+        losses.append(result.loss)
+    final = probe_loss(model, [(inputs, targets)], train.precision)
+    reached = next((i for i, v in enumerate(losses) if v < pre.overfit_threshold), None)
+    return {"dropout": dropout, "final_loss": final, "steps_to_threshold": reached,
+            "loss_at": {str(i): round(losses[i], 4) for i in range(0, len(losses), max(1, len(losses) // 5))},
+            "failure": failure}
+
+
+def check_single_batch_overfit(ctx: Context) -> dict:
+    pre = ctx.params.preflight
+    main = overfit_run(ctx, 0.0)
+    with_dropout = overfit_run(ctx, 0.2)
+    ctx.summary["single_batch_final_loss"] = main["final_loss"]
+    measured = {"batch": [pre.overfit_batch_size, DEBUG_MODEL["block_size"]], "steps": pre.overfit_steps,
+                "lr": pre.overfit_lr, "precision": ctx.params.train.precision, "dropout_0.0": main,
+                "dropout_0.2": with_dropout}
+    if main["failure"]:
+        raise CheckFailed(main["failure"], measured)
+    if not main["final_loss"] < pre.overfit_threshold:
+        raise CheckFailed(
+            f"a fresh debug model could not memorise one batch: final loss {main['final_loss']:.4f} after "
+            f"{pre.overfit_steps} steps (threshold {pre.overfit_threshold})",
+            measured,
+        )
+    return measured

@@ -1,0 +1,148 @@
+"""The run's code is bound: dvc.yaml's code deps are each script's import closure, the gate refuses a report
+from other code (naming the files), and auto-resume never continues a checkpoint written by other code."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from minigpt import code_binding
+from minigpt.checkpoint import CheckpointError
+from minigpt.code_binding import import_closure, run_code_files
+from minigpt.diagnostics import run_preflight
+from minigpt.gate import GateError, verify_gate
+from minigpt.model import MiniGPT
+from minigpt.training import train
+
+from pipeline_fixture import REPO_ROOT, recompose
+
+FAST = ["train.max_steps=40", "train.eval_every=20", "train.eval_batches=2", "train.sample_length=0"]
+
+
+def dvc_stages():
+    return yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text())["stages"]
+
+
+def code_deps(stage: dict) -> set[str]:
+    return {d for d in stage["deps"] if d.startswith(("stages/", "minigpt/"))}
+
+
+@pytest.mark.parametrize("name", list(dvc_stages()))
+def test_dvc_code_deps_are_the_stage_scripts_import_closure(name):
+    stage = dvc_stages()[name]
+    script = stage["cmd"].split()[-1]
+    expected = set(run_code_files()) if name == "preflight" else set(import_closure(script))
+    assert script in expected
+    assert code_deps(stage) == expected, (
+        f"dvc.yaml stage {name}: missing {sorted(expected - code_deps(stage))}, extra {sorted(code_deps(stage) - expected)}")
+
+
+def test_preflight_binds_the_train_scripts_code_too():
+    """DVC reruns train when its code changes; preflight must rerun too, or the gate (rightly) refuses."""
+    assert set(import_closure("stages/train.py")) <= set(run_code_files())
+    assert "minigpt/train_step.py" in import_closure("stages/train.py")
+    assert {"minigpt/train_step.py", "minigpt/rehearsal.py"} <= set(import_closure("stages/preflight.py"))
+
+
+@pytest.mark.parametrize("name", list(dvc_stages()))
+def test_the_static_closure_holds_every_module_python_really_imports(name):
+    script = REPO_ROOT / dvc_stages()[name]["cmd"].split()[-1]
+    probe = ("import importlib.util, sys\n"
+             f"spec = importlib.util.spec_from_file_location('stage_under_test', {str(script)!r})\n"
+             "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+             "print('\\n'.join(sorted(m.__file__ for n, m in sys.modules.items()"
+             " if n == 'minigpt' or n.startswith('minigpt.'))))\n")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
+    imported = {str(__import__("pathlib").Path(f).resolve().relative_to(REPO_ROOT)) for f in result.stdout.split()}
+    assert imported and imported <= set(import_closure(script.relative_to(REPO_ROOT)))
+
+
+@pytest.fixture
+def code_copy(tmp_path, monkeypatch):
+    """The run's code copied to its own checkout, which the code fingerprint then reads."""
+    root = tmp_path / "code"
+    for folder in ("stages", "minigpt"):
+        shutil.copytree(REPO_ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(code_binding, "CODE_ROOT", root)
+    return root
+
+
+def edit(path):
+    path.write_text(path.read_text() + "\n# an edit\n")
+
+
+def test_the_gate_refuses_a_report_written_by_other_code_and_names_the_files(project, code_copy):
+    root, source = project
+    params = recompose(root, source, FAST)
+    report = run_preflight(params, root)
+    assert report["passed"] and set(report["fingerprints"]["code"]["files"]) == set(run_code_files())
+    verify_gate(params, root)
+    edit(code_copy / "minigpt/model.py")
+    edit(code_copy / "minigpt/train_step.py")
+    with pytest.raises(GateError, match=r"mismatched fingerprint: code \(minigpt/model.py, minigpt/train_step.py\)"):
+        verify_gate(params, root)
+    with pytest.raises(GateError, match="dvc repro preflight"):
+        train(params, root, out=lambda _m: None)
+
+
+def test_a_report_that_is_not_an_object_is_refused_clearly(project):
+    root, source = project
+    params = recompose(root, source, FAST)
+    (root / "reports").mkdir(exist_ok=True)
+    (root / "reports/debug_report.json").write_text("null")
+    with pytest.raises(GateError, match="not a debug report"):
+        verify_gate(params, root)
+
+
+def read_steps(root):
+    return [json.loads(line)["step"] for line in (root / "reports/train_log.jsonl").read_text().splitlines()]
+
+
+def test_auto_resume_never_continues_a_checkpoint_of_other_code(project, code_copy):
+    root, source = project
+    params = recompose(root, source, FAST)
+    train(params, root, require_gate=False, out=lambda _m: None)
+
+    messages = []
+    again = train(params, root, require_gate=False, out=messages.append)
+    assert any("already finished this exact run" in m for m in messages), messages
+    assert again["resumed_from_step"] == 40
+
+    edit(code_copy / "minigpt/model.py")
+    messages = []
+    fresh = train(params, root, require_gate=False, out=messages.append)
+    assert any("not resuming" in m and "other code (changed: minigpt/model.py)" in m for m in messages), messages
+    assert fresh["resumed_from_step"] is None and fresh["steps"] == 40
+    assert read_steps(root) == list(range(1, 41)), "a fresh run, not zero steps resumed"
+
+
+class StopsAtStep25(MiniGPT):
+    """Training dies in its 25th step (the latest checkpoint is step 20's), as a killed run would."""
+
+    calls = 0
+
+    def forward(self, inputs, targets=None):
+        if self.training:
+            StopsAtStep25.calls += 1
+            if StopsAtStep25.calls == 25:
+                raise RuntimeError("killed")
+        return super().forward(inputs, targets)
+
+
+def test_explicit_resume_from_continues_across_a_code_change_and_says_so(project, code_copy):
+    root, source = project
+    latest = root / "models/mini_gpt_latest.pt"
+    with pytest.raises(RuntimeError, match="killed"):
+        train(recompose(root, source, FAST), root, require_gate=False, model_factory=StopsAtStep25, out=lambda _m: None)
+    edit(code_copy / "minigpt/model.py")
+    explicit = recompose(root, source, FAST + [f"train.resume_from={latest}"])
+    messages = []
+    summary = train(explicit, root, require_gate=False, out=messages.append)
+    assert any("continuing" in m and "across a code change (changed: minigpt/model.py)" in m for m in messages), messages
+    assert summary["resumed_from_step"] == 20 and summary["steps"] == 40
+
+    with pytest.raises(CheckpointError, match="already at step 40 .* nothing left to train"):
+        train(explicit, root, require_gate=False, out=lambda _m: None)
