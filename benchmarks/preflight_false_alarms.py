@@ -24,6 +24,9 @@ from pathlib import Path
 
 from bench_common import ROOT, compose_project, prepare_project, synthetic_corpus
 
+sys.path.insert(0, str(ROOT / "tests"))
+from planted_bugs import lr_zero_after_warmup, zero_grad_between_backward_and_step  # noqa: E402
+
 from minigpt import optim, train_step  # noqa: E402
 from minigpt.checks import Context, run_checks  # noqa: E402
 from minigpt.device import select_device  # noqa: E402
@@ -38,26 +41,8 @@ REHEARSAL = ("lr_stability", "rehearsal_learns")
 PREREQUISITES = {"files", "tokenizer", "token_ids"}
 
 
-def _no_step(model, optimizer, inputs, targets, lr, precision, grad_clip, clip_params=None):
-    """Planted: zero_grad between backward and step, so the optimizer steps on no gradient (updates never land)."""
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-    loss = train_step.calc_loss_batch(model, inputs, targets, precision)
-    loss.backward()
-    optimizer.zero_grad(set_to_none=True)
-    optimizer.step()
-    return train_step.StepResult(float(loss.detach()), 0.0, lr, True)
-
-
-_REAL_COSINE = optim.cosine_with_warmup
-
-
-def _lr_zero_after_warmup(step, warmup_steps, total_steps, max_lr, min_lr=None, time_fraction=0.0):
-    """Planted: the cosine part returns 0 (e.g. a progress computed past 1 with min_lr 0)."""
-    return _REAL_COSINE(step, warmup_steps, total_steps, max_lr, min_lr, time_fraction) if step < warmup_steps else 0.0
-
-
-BROKEN = {"updates_never_land": ("training_step", _no_step), "lr_zero_after_warmup": ("cosine", _lr_zero_after_warmup)}
+BROKEN = {"updates_never_land": ("training_step", zero_grad_between_backward_and_step),
+          "lr_zero_after_warmup": ("cosine", lr_zero_after_warmup)}
 
 
 @contextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,22 @@ def save_checkpoint(path: str | Path, model: MiniGPT, tokenizer_fingerprint: str
         "tokenizer_fingerprint": tokenizer_fingerprint,
         **extra,
     }
-    with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
+    try:
+        with atomic_path(path) as tmp:
+            torch.save(payload, tmp)
+    except OSError as exc:
+        raise CheckpointError(f"{path}: could not write the checkpoint ({exc.strerror or exc}); the previous one is "
+                              f"left as it was. Free disk space or fix the folder's permissions, then rerun to "
+                              "resume.") from None
+
+
+def remove_stale_temp_files(folder: Path) -> list[Path]:
+    """Delete temp files of our own naming (.<checkpoint>.pt.<random>.tmp) left by a write killed half-way.
+    Only the lock holder calls this, so no other writer can be mid-write."""
+    stale = sorted(folder.glob(".*.pt.*.tmp")) if folder.is_dir() else []
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
@@ -36,12 +51,40 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     try:
         # weights_only: tensors and plain containers only, never arbitrary unpickled objects
         payload = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        if "Unsupported global" not in str(exc):
+            raise CheckpointError(f"{path}: not a loadable checkpoint (the file is damaged or is not a checkpoint).") from None
+        # torch's own message ends by suggesting weights_only=False: never relay that advice
+        raise CheckpointError(f"{path}: not a minigpt checkpoint: it holds pickled Python objects, which minigpt never "
+                              "writes and never loads (they could run code). Use a checkpoint written by minigpt.") from None
     except Exception as exc:  # noqa: BLE001 - torch raises many types for a bad file
-        raise CheckpointError(f"{path}: not a loadable checkpoint ({type(exc).__name__}: {exc}).") from None
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise CheckpointError(f"{path}: not a loadable checkpoint ({type(exc).__name__}: {first_line}); "
+                              "the file is damaged or is not a checkpoint.") from None
+    validate_payload(payload, path)
+    return payload
+
+
+def validate_payload(payload: Any, path: Path) -> None:
+    """The shape minigpt writes: a dict with a state dict of tensors, a config dict and a fingerprint string."""
+    def refuse(what: str) -> None:
+        raise CheckpointError(f"{path}: not a minigpt checkpoint ({what}); use a checkpoint written by minigpt.")
+
+    if not isinstance(payload, dict):
+        refuse(f"it holds a {type(payload).__name__}, not a dictionary of fields")
     for key in ("model_state", "model_config", "tokenizer_fingerprint"):
         if key not in payload:
-            raise CheckpointError(f"{path}: checkpoint lacks '{key}'; it was not written by minigpt.")
-    return payload
+            refuse(f"it lacks '{key}'")
+    state = payload["model_state"]
+    if not isinstance(state, dict):
+        refuse(f"'model_state' is a {type(state).__name__}, not a state dict")
+    odd = [k for k, v in state.items() if not (isinstance(k, str) and isinstance(v, torch.Tensor))]
+    if odd:
+        refuse(f"'model_state' holds non-tensor entries: {', '.join(map(str, odd[:5]))}")
+    if not isinstance(payload["model_config"], dict):
+        refuse("'model_config' is not a dictionary")
+    if not isinstance(payload["tokenizer_fingerprint"], str):
+        refuse("'tokenizer_fingerprint' is not a string")
 
 
 def config_differences(expected: MiniGPTConfig, found: dict) -> list[str]:

@@ -31,8 +31,18 @@ def encode_splits(texts: dict[str, str], tokenizer: CharTokenizer, out_dir: str 
 
 
 def load_meta(encoded_dir: str | Path) -> dict:
-    return read_json(Path(encoded_dir) / META_NAME, missing="not found", invalid="not valid JSON",
-                     fix="run `dvc repro encode`.", error=DataError)
+    path = Path(encoded_dir) / META_NAME
+    meta = read_json(path, missing="not found", invalid="not valid JSON", fix="run `dvc repro encode`.", error=DataError)
+    splits = meta.get("splits") if isinstance(meta, dict) else None
+    well_formed = (
+        isinstance(meta, dict) and isinstance(meta.get("tokenizer_fingerprint"), str) and isinstance(splits, dict)
+        and all(isinstance(splits.get(s), dict) and isinstance(splits[s].get("sha256"), str)
+                and isinstance(splits[s].get("length"), int) for s in SPLITS)
+    )
+    if not well_formed:
+        raise DataError(f"{path}: not an encode metadata file (needs 'tokenizer_fingerprint' and, for each of "
+                        f"{', '.join(SPLITS)}, 'sha256' and 'length'); run `dvc repro encode`.")
+    return meta
 
 
 def load_ids(encoded_dir: str | Path, split: str) -> np.ndarray:

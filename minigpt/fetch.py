@@ -26,6 +26,10 @@ from minigpt.io_utils import atomic_directory, atomic_write_json, sha256_bytes, 
 # project split name -> WikiText file name
 SPLIT_FILES = {"train": "wiki.train.raw", "val": "wiki.valid.raw", "test": "wiki.test.raw"}
 MANIFEST_NAME = "manifest.json"
+# Bounds before anything is read whole (a zip bomb or a multi-GB file would exhaust memory): WikiText-103's
+# largest file, wiki.train.raw, is 0.54 GB, its zip 0.19 GB; each split may be at most 1 GiB, a download 1 GiB.
+MAX_SPLIT_BYTES = 1 << 30
+MAX_DOWNLOAD_BYTES = 1 << 30
 # wikitext.smerity.com answers 403 to urllib's default "Python-urllib/3.x"
 USER_AGENT = "minigpt-fetch/0.1 (WikiText-2 research download)"
 
@@ -81,7 +85,7 @@ def read_zip(archive: Path) -> dict[str, bytes]:
                 if len(matches) != 1:
                     found = "none" if not matches else ", ".join(i.filename for i in matches)
                     raise DataError(f"{archive}: expected exactly one member named {wanted}, found {found}.")
-                files[wanted] = zf.read(matches[0])
+                files[wanted] = _read_member(zf, matches[0], archive)
             return files
     except (zipfile.BadZipFile, EOFError, zipfile.LargeZipFile) as exc:
         raise DataError(
@@ -90,9 +94,31 @@ def read_zip(archive: Path) -> dict[str, bytes]:
         ) from None
 
 
+def _too_large(origin: str, size: int) -> DataError:
+    return DataError(f"{origin}: {size:,} bytes, above the {MAX_SPLIT_BYTES:,}-byte limit for one split (minigpt.fetch."
+                     "MAX_SPLIT_BYTES, well above WikiText-103's 0.54 GB train file); it is not a WikiText split, "
+                     "or an archive that expands far beyond its size.")
+
+
+def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, archive: Path) -> bytes:
+    """A member's bytes, refused when its declared size or what it actually expands to exceeds the limit."""
+    origin = f"{archive}:{info.filename}"
+    if info.file_size > MAX_SPLIT_BYTES:
+        raise _too_large(origin + " (declared size)", info.file_size)
+    with zf.open(info) as member:
+        data = member.read(MAX_SPLIT_BYTES + 1)  # never more than the limit, whatever the header claims
+    if len(data) > MAX_SPLIT_BYTES:
+        raise _too_large(origin + " (expanded size)", len(data))
+    return data
+
+
 def read_directory(directory: Path) -> dict[str, bytes]:
     for candidate in (directory, directory / "wikitext-2-raw"):
         if all((candidate / name).is_file() for name in SPLIT_FILES.values()):
+            for name in SPLIT_FILES.values():
+                size = (candidate / name).stat().st_size
+                if size > MAX_SPLIT_BYTES:
+                    raise _too_large(str(candidate / name), size)
             return {name: (candidate / name).read_bytes() for name in SPLIT_FILES.values()}
     missing = [n for n in SPLIT_FILES.values() if not (directory / n).is_file()]
     raise DataError(f"{directory}: missing {', '.join(missing)}; the directory must hold wiki.train.raw, wiki.valid.raw and wiki.test.raw.")
@@ -159,6 +185,9 @@ def _download_once(url: str, dest: Path, timeout_s: float) -> None:
         with urllib.request.urlopen(request, timeout=timeout_s) as response, open(dest, "wb") as out:
             total = response.headers.get("Content-Length")
             total = int(total) if total is not None else None
+            if total is not None and total > MAX_DOWNLOAD_BYTES:
+                raise DataError(f"the server announces {total:,} bytes, above the {MAX_DOWNLOAD_BYTES:,}-byte download "
+                                "limit; this is not the WikiText archive")
             received = 0
             with tqdm(total=total, unit="B", unit_scale=True, desc=f"download {url.rsplit('/', 1)[-1]}", disable=None) as bar:
                 while True:
@@ -167,6 +196,9 @@ def _download_once(url: str, dest: Path, timeout_s: float) -> None:
                         break
                     out.write(chunk)
                     received += len(chunk)
+                    if received > MAX_DOWNLOAD_BYTES:
+                        raise DataError(f"the download passed the {MAX_DOWNLOAD_BYTES:,}-byte limit; this is not the "
+                                        "WikiText archive")
                     bar.update(len(chunk))
             if total is not None and received < total:
                 raise _Retryable(f"truncated body: {received} of {total} bytes")

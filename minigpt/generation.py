@@ -22,6 +22,9 @@ from minigpt.textmetrics import repetition_metrics
 from minigpt.tokenizer import CharTokenizer
 
 BEST = MODELS_DIR / "mini_gpt_best.pt"
+# generation costs one forward pass of up to block_size positions per character: a bound that still means minutes
+MAX_NEW_TOKENS = 100_000
+STREAM_CHUNK = 32  # the CLI prints as it samples, this many characters at a time
 
 
 def prepare_prompt(prompt: str, index: int, tokenizer: CharTokenizer, clean: CleanConfig) -> str:
@@ -42,13 +45,26 @@ def load_for_generation(checkpoint_path: Path, root: Path, device: torch.device)
     return model_from_checkpoint(checkpoint, device, str(checkpoint_path)), tokenizer
 
 
-def sample_text(model, tokenizer, prompt: str, settings: SamplingSettings, max_new_tokens: int, seed: int,
-                device: torch.device) -> str:
+def sample_chunks(model, tokenizer, prompt: str, settings: SamplingSettings, max_new_tokens: int, seed: int,
+                  device: torch.device, chunk: int = STREAM_CHUNK):
+    """Yield the sampled text piece by piece. Each piece continues the same generator on the same cropped context,
+    so the pieces join to exactly what one call would sample."""
     ids = torch.as_tensor(tokenizer.encode(prompt), dtype=torch.long, device=device)[None, :]
     generator = torch.Generator(device=device).manual_seed(seed)
-    out = model.generate(ids, max_new_tokens, settings.temperature, settings.top_k, generator,
-                         settings.top_p, settings.repetition_penalty)
-    return tokenizer.decode(out[0, ids.shape[1]:].tolist())
+    done = 0
+    while done < max_new_tokens:
+        count = min(chunk, max_new_tokens - done)
+        out = model.generate(ids, count, settings.temperature, settings.top_k, generator, settings.top_p,
+                             settings.repetition_penalty)
+        yield tokenizer.decode(out[0, ids.shape[1]:].tolist())
+        ids = out[:, -model.config.block_size:]
+        done += count
+
+
+def sample_text(model, tokenizer, prompt: str, settings: SamplingSettings, max_new_tokens: int, seed: int,
+                device: torch.device) -> str:
+    return "".join(sample_chunks(model, tokenizer, prompt, settings, max_new_tokens, seed, device,
+                                 chunk=max(1, max_new_tokens)))
 
 
 def generate_samples(params, root: Path, checkpoint_path: Path | None = None) -> tuple[dict, str]:
@@ -103,13 +119,19 @@ def main(argv: list[str] | None = None) -> int:
         device = select_device(params.train.device)
         model, tokenizer = load_for_generation(args.checkpoint, args.root, device)
         settings.validate(tokenizer.vocab_size, "--")
+        max_new_tokens = pick(args.max_new_tokens, gen.max_new_tokens)
+        if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
+            raise ConfigError(f"'--max-new-tokens' = {max_new_tokens} is invalid; it must be between 1 and {MAX_NEW_TOKENS}.")
+        if not args.prompt:
+            raise ConfigError("'--prompt' is empty; the model needs at least one character to continue.")
         prompt = prepare_prompt(args.prompt, 0, tokenizer, params.clean)
-        text = sample_text(model, tokenizer, prompt, settings, pick(args.max_new_tokens, gen.max_new_tokens),
-                           pick(args.seed, gen.seed), device)
+        print(prompt, end="", flush=True)
+        for piece in sample_chunks(model, tokenizer, prompt, settings, max_new_tokens, pick(args.seed, gen.seed), device):
+            print(piece, end="", flush=True)
     except MinigptError as exc:
         print(f"[generate] error: {exc}", file=sys.stderr)
         return 1
-    print(prompt + text)
+    print()
     return 0
 
 

@@ -10,6 +10,7 @@ REPORTS_DIR = Path("reports")
 CLEAN_REPORT = REPORTS_DIR / "clean.json"
 DEBUG_REPORT = REPORTS_DIR / "debug_report.json"
 MODELS_DIR = Path("models")
+TRAIN_LOCK = MODELS_DIR / ".train.lock"  # held by the one trainer writing models/ and the run's reports
 
 
 def clean_split_path(split: str, clean_dir: Path = CLEAN_DIR) -> Path:

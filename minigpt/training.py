@@ -14,6 +14,7 @@ import os
 import random
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -25,17 +26,19 @@ import torch.nn as nn
 
 from minigpt import batching, train_step
 from minigpt.code_binding import changed_files, code_fingerprint
-from minigpt.checkpoint import CheckpointError, load_checkpoint, load_state_strict, save_checkpoint
+from minigpt.checkpoint import (CheckpointError, load_checkpoint, load_state_strict, remove_stale_temp_files,
+                                save_checkpoint)
 from minigpt.config import Params
 from minigpt.device import select_device
 from minigpt.encoding import load_split
-from minigpt.errors import ConfigError, MinigptError
+from minigpt.errors import ConfigError, DataError, MinigptError
 from minigpt.gate import verify_gate
 from minigpt.io_utils import atomic_write_json, atomic_write_text, canonical_json_digest, sha256_file
 from minigpt.model import MiniGPT, MiniGPTConfig
 from minigpt.nonfinite import NonFiniteTracker
 from minigpt.train_step import calc_loss_batch
-from minigpt.paths import ENCODED_DIR, MODELS_DIR, REPORTS_DIR, TOKENIZER_FILE
+from minigpt.paths import ENCODED_DIR, MODELS_DIR, REPORTS_DIR, TOKENIZER_FILE, TRAIN_LOCK
+from minigpt.run_control import RunLock, StopRequest, TrainingStopped
 from minigpt.tokenizer import CharTokenizer
 
 LATEST = MODELS_DIR / "mini_gpt_latest.pt"
@@ -273,10 +276,24 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
         raise ConfigError(f"'train.batch_size' = {cfg.batch_size} must be divisible by the {ddp.world} processes")
     if ddp.main:
         check_models_writable(root / MODELS_DIR)
+    # one trainer per folder: the lock is taken before the first write and released however the run ends
+    with (RunLock(root / TRAIN_LOCK) if ddp.main else nullcontext()), StopRequest() as stop:
+        if ddp.main:
+            for stale in remove_stale_temp_files(root / MODELS_DIR):
+                say(f"[train] removed {stale}, left by a checkpoint write that was killed half-way")
+        return _train(params, root, ddp, say, stop, model_factory)
+
+
+def _train(params: Params, root: Path, ddp: Dist, say, stop: StopRequest, model_factory) -> dict:
+    cfg = params.train
     device = rank_device(cfg.device, ddp)
     tokenizer = CharTokenizer.load(root / TOKENIZER_FILE)
     train_ids, val_ids = load_split(root / ENCODED_DIR, "train"), load_split(root / ENCODED_DIR, "val")
     config = MiniGPTConfig.from_params(params.model, tokenizer.vocab_size)
+    for split, ids in (("train", train_ids), ("val", val_ids)):
+        if ids.numel() < config.block_size + 1:
+            raise DataError(f"{root / ENCODED_DIR / split}.npy: {ids.numel()} tokens, fewer than one window of "
+                            f"model.block_size + 1 = {config.block_size + 1}; use more text or a smaller block_size.")
     fingerprint = resume_fingerprint(params, tokenizer.fingerprint, root)
     code = code_fingerprint()
     binding = {"resume_fingerprint": fingerprint, "code_fingerprint": code}  # what auto-resume requires to match
@@ -353,6 +370,15 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
             progress.history.append(record)
             if log is not None:
                 log.write(record)
+            if _agreed_stop(stop, ddp, device):
+                batch_rng = _gather_batch_rng(batch_gen, ddp)
+                if ddp.main:
+                    save_checkpoint(root / LATEST, raw_model, tokenizer.fingerprint,
+                                    **_checkpoint_state(progress, progress.history, optimizer, batch_rng, binding, cfg))
+                raise TrainingStopped(
+                    f"stopped at step {step} ({stop.reason}); {LATEST} holds that step. Resume with `dvc repro` "
+                    "(or `python stages/train.py`): the run continues where it stopped, as if never interrupted.",
+                    stop.exit_code)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{lr:.2e}", tok_s=f"{record['tokens_per_sec']:.0f}")
@@ -409,15 +435,28 @@ def _evaluate_and_checkpoint(record, model, val_batches, tokenizer, cfg, device,
     if improved:
         progress.best_val_loss, progress.best_step = val_loss, progress.step
     say(f"[train] step {progress.step}: val loss {val_loss:.4f}{' (best)' if improved else ''}")
-    state = dict(
-        optimizer_state=optimizer.state_dict(), step=progress.step, best_val_loss=progress.best_val_loss,
-        best_step=progress.best_step, elapsed_s=progress.elapsed_s, clipped_steps=progress.clipped_steps,
-        history=progress.history + [record], rng=rng_states(), batch_rng=batch_rng, **binding,
-        train_config=dict(vars(cfg)),
-    )
+    state = _checkpoint_state(progress, progress.history + [record], optimizer, batch_rng, binding, cfg)
     if improved:
         save_checkpoint(root / BEST, model, tokenizer.fingerprint, **state)
     save_checkpoint(root / LATEST, model, tokenizer.fingerprint, **state)
+
+
+def _checkpoint_state(progress: Progress, history: list[dict], optimizer, batch_rng, binding: dict, cfg) -> dict:
+    """Everything a resumed run needs to continue bit for bit, beside the model (save_checkpoint adds it)."""
+    return dict(
+        optimizer_state=optimizer.state_dict(), step=progress.step, best_val_loss=progress.best_val_loss,
+        best_step=progress.best_step, elapsed_s=progress.elapsed_s, clipped_steps=progress.clipped_steps,
+        history=history, rng=rng_states(), batch_rng=batch_rng, **binding, train_config=dict(vars(cfg)),
+    )
+
+
+def _agreed_stop(stop: StopRequest, ddp: Dist, device: torch.device) -> bool:
+    """Whether any rank was asked to stop (a signal may reach one rank only): all ranks stop at the same step."""
+    if ddp.world == 1:
+        return stop.requested
+    flag = torch.tensor([1.0 if stop.requested else 0.0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
 
 
 def _raise_diverged(step, loss_value, grad_norm, raw_model, inputs, targets, precision, progress, root) -> None:

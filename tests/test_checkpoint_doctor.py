@@ -1,6 +1,5 @@
 """Checkpoints load strictly or fail loudly; the doctor diagnoses trained weights."""
 
-import dataclasses
 import subprocess
 import sys
 
@@ -14,7 +13,7 @@ from minigpt.encoding import load_split
 from minigpt.model import MiniGPT, MiniGPTConfig
 from minigpt.tokenizer import CharTokenizer
 
-from pipeline_fixture import REPO_ROOT, recompose
+from pipeline_fixture import recompose
 
 
 def small_config(vocab=40, **overrides):
@@ -38,11 +37,30 @@ class Payload:
     """An arbitrary object: unpickling it would run the class's code path."""
 
 
-def test_pickled_objects_are_refused(tmp_path):
+def test_pickled_objects_are_refused_in_one_line_that_never_suggests_unsafe_loading(tmp_path):
     path = tmp_path / "evil.pt"
     torch.save({"model_state": {}, "model_config": {}, "tokenizer_fingerprint": "", "obj": Payload()}, path)
-    with pytest.raises(CheckpointError, match="not a loadable checkpoint"):
+    with pytest.raises(CheckpointError, match="not a minigpt checkpoint: it holds pickled Python objects") as err:
         load_checkpoint(path)
+    assert "weights_only" not in str(err.value) and len(str(err.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize("payload,message", [
+    (torch.zeros(3), "it holds a Tensor, not a dictionary of fields"),
+    ({"model_state": {"w": 1.0}, "model_config": {}, "tokenizer_fingerprint": "f"}, "'model_state' holds non-tensor entries: w"),
+    ({"model_state": [torch.zeros(1)], "model_config": {}, "tokenizer_fingerprint": "f"}, "'model_state' is a list"),
+    ({"model_state": {}, "tokenizer_fingerprint": "f"}, "it lacks 'model_config'"),
+    (b"garbage", "not a loadable checkpoint (the file is damaged or is not a checkpoint)"),
+])
+def test_files_that_are_not_minigpt_checkpoints_are_named_clearly(tmp_path, payload, message):
+    path = tmp_path / "odd.pt"
+    if isinstance(payload, bytes):
+        path.write_bytes(payload)
+    else:
+        torch.save(payload, path)
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(path)
+    assert message in str(err.value) and len(str(err.value).splitlines()) == 1
 
 
 @pytest.mark.parametrize(

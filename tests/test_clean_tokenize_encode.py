@@ -128,3 +128,17 @@ def test_wide_vocabulary_is_stored_as_uint16(tmp_path):
     meta = encode_splits({"train": text, "val": text[:10], "test": text[-10:]}, tok, tmp_path / "enc")
     assert meta["dtype"] == "uint16"
     assert load_ids(tmp_path / "enc", "train").max() == 299
+
+
+@pytest.mark.parametrize("content", ["null", "[]", '{"splits": {}}', '{"tokenizer_fingerprint": "f", "splits": {"train": 3}}'])
+def test_meta_json_of_the_wrong_shape_is_named(tmp_path, content):
+    (tmp_path / "meta.json").write_text(content)
+    with pytest.raises(DataError, match=r"meta.json: not an encode metadata file .* run `dvc repro encode`"):
+        load_meta(tmp_path)
+
+
+@pytest.mark.parametrize("content", ["null", "[1, 2]", '{"format": "minigpt-char-tokenizer", "chars": "abc"}'])
+def test_tokenizer_json_of_the_wrong_shape_is_named(tmp_path, content):
+    (tmp_path / "tok.json").write_text(content)
+    with pytest.raises(DataError, match=r"tok.json: not a minigpt-char-tokenizer file"):
+        CharTokenizer.load(tmp_path / "tok.json")

@@ -15,7 +15,7 @@ from minigpt.config import CleanConfig
 from minigpt.errors import ConfigError
 from minigpt.evaluation import score_split, window_plan
 from minigpt.generation import main as generate_main
-from minigpt.generation import prepare_prompt
+from minigpt.generation import prepare_prompt, sample_chunks, sample_text
 from minigpt.model import MiniGPT, MiniGPTConfig
 from minigpt.sampling import SamplingSettings, next_token_logits
 from minigpt.textmetrics import longest_char_run, longest_repeated_substring, repeated_ngram_share
@@ -69,12 +69,12 @@ def test_bf16_scoring_stays_close_to_fp32():
 
 
 @pytest.mark.parametrize("settings,message", [
-    (SamplingSettings(temperature=0), "temperature' = 0 is invalid; it must be > 0"),
+    (SamplingSettings(temperature=0), "temperature' = 0 is invalid; it must be a finite number > 0"),
     (SamplingSettings(top_k=0), "top_k' = 0 is invalid; it must be between 1 and the vocabulary size 30"),
     (SamplingSettings(top_k=31), "top_k' = 31 is invalid"),
     (SamplingSettings(top_p=0.0), "top_p' = 0.0 is invalid; it must be in (0, 1]"),
     (SamplingSettings(top_p=1.5), "top_p' = 1.5 is invalid"),
-    (SamplingSettings(repetition_penalty=0.9), "repetition_penalty' = 0.9 is invalid; it must be >= 1"),
+    (SamplingSettings(repetition_penalty=0.9), "repetition_penalty' = 0.9 is invalid; it must be a finite number >= 1"),
 ])
 def test_invalid_sampling_settings_are_named(settings, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
@@ -156,3 +156,32 @@ def test_generation_refuses_bad_settings_and_a_tokenizer_mismatch(project, capsy
     assert "trained with tokenizer 0000000000000000" in capsys.readouterr().err
     with pytest.raises(ConfigError, match=r"'generate.top_p' = 0 is invalid; it must be in \(0, 1\]"):
         recompose(root, source, ["generate.top_p=0"])  # params.yaml itself is validated by the schema
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--prompt", ""], "'--prompt' is empty"),
+    (["--prompt", "The", "--max-new-tokens", "-5"], "'--max-new-tokens' = -5 is invalid; it must be between 1 and 100000"),
+    (["--prompt", "The", "--max-new-tokens", "1000000000000"], "'--max-new-tokens' = 1000000000000 is invalid"),
+    (["--prompt", "The", "--temperature", "inf"], "'--temperature' = inf is invalid; it must be a finite number > 0"),
+    (["--prompt", "The", "--top-p", "2"], "'--top-p' = 2.0 is invalid"),
+])
+def test_generation_cli_refuses_bad_options_by_their_own_names(project, capsys, argv, message):
+    root, source = project
+    recompose(root, source, [])
+    model, tok = train_quickly(root, 0)
+    save_checkpoint(root / "models/mini_gpt_best.pt", model, tok.fingerprint)
+    args = ["--params", str(root / "params.yaml"), "--root", str(root), "--checkpoint", str(root / "models/mini_gpt_best.pt")]
+    assert generate_main([*argv, *args]) == 1
+    out, err = capsys.readouterr()
+    assert message in err and len(err.strip().splitlines()) == 1 and out == ""
+
+
+def test_generation_streams_pieces_that_join_to_one_call(project):
+    root, source = project
+    params = recompose(root, source, [])
+    model, tok = train_quickly(root, 0)
+    settings = SamplingSettings(0.8, 20, 0.95, 1.0)
+    whole = sample_text(model, tok, "The", settings, 100, 7, torch.device("cpu"))
+    pieces = list(sample_chunks(model, tok, "The", settings, 100, 7, torch.device("cpu"), chunk=32))
+    assert [len(p) for p in pieces] == [32, 32, 32, 4] and "".join(pieces) == whole
+    assert params.model.block_size < 100, "the pieces cross the context window's crop"

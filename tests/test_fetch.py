@@ -240,3 +240,21 @@ def test_downloaded_archive_with_wrong_hash_is_refused(tmp_path, mirror, fixture
     with pytest.raises(DataError, match="does not match the published fixture-wikitext archive"):
         fetch(data_cfg(mirrors=[mirror.url("/ok.zip")]), out, release=fixture_release)
     assert_nothing_written(out)
+
+
+def test_a_split_above_the_size_limit_is_refused_before_it_is_read(tmp_path, fixture_dir, fixture_files, monkeypatch):
+    import minigpt.fetch as fetch_module
+
+    monkeypatch.setattr(fetch_module, "MAX_SPLIT_BYTES", 1000)
+    out = tmp_path / "data" / "raw"
+    with pytest.raises(DataError, match=r"wiki\.\w+\.raw: [\d,]+ bytes, above the 1,000-byte limit for one split"):
+        fetch(data_cfg("local", fixture_dir), out)
+    assert_nothing_written(out)
+    archive = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in fixture_files.items():
+            zf.writestr(name, data if name != "wiki.test.raw" else b"a" * 100_000)  # compresses to ~100 bytes
+    monkeypatch.setattr(fetch_module, "MAX_SPLIT_BYTES", max(len(d) for d in fixture_files.values()))
+    with pytest.raises(DataError, match=r"bomb.zip:wiki.test.raw \(declared size\): 100,000 bytes, above the"):
+        fetch(data_cfg("local", archive), out)
+    assert_nothing_written(out)

@@ -25,6 +25,7 @@ from minigpt.tokenizer import CharTokenizer
 from minigpt.training import train
 
 from pipeline_fixture import REPO_ROOT, recompose
+from planted_bugs import lr_zero_after_warmup, zero_grad_between_backward_and_step
 
 
 def statuses(report):
@@ -297,18 +298,6 @@ def test_dvc_preflight_stage_reruns_on_exactly_the_params_the_gate_binds():
 
 # ------------------------------------------------------------------ bugs planted in the training code itself
 
-def zero_grad_between_backward_and_step(model, optimizer, inputs, targets, lr, precision, grad_clip, clip_params=None):
-    """The real step with zero_grad moved after backward: the optimizer steps on no gradient."""
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-    loss = train_step.calc_loss_batch(model, inputs, targets, precision)
-    loss.backward()
-    optimizer.zero_grad(set_to_none=True)
-    norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip))
-    optimizer.step()
-    return train_step.StepResult(float(loss.detach()), norm, lr, True)
-
-
 def test_a_step_order_bug_in_the_training_step_fails_optimizer_update_and_really_breaks_training(project):
     root, source = project
     params = recompose(root, source, ["train.max_steps=60", "train.eval_every=60", "train.eval_batches=2",
@@ -341,13 +330,8 @@ def test_a_learning_rate_far_too_low_fails_rehearsal_learns(project):
 
 
 def test_a_schedule_that_drops_the_lr_to_zero_fails_lr_stability(project, monkeypatch):
-    real = optim.cosine_with_warmup
-
-    def zero_after_warmup(step, warmup_steps, total_steps, max_lr, min_lr=None, time_fraction=0.0):
-        return real(step, warmup_steps, total_steps, max_lr, min_lr, time_fraction) if step < warmup_steps else 0.0
-
     root, source = project
-    monkeypatch.setattr(optim, "cosine_with_warmup", zero_after_warmup)
+    monkeypatch.setattr(optim, "cosine_with_warmup", lr_zero_after_warmup)
     report = run_preflight(recompose(root, source, []), root)
     assert failed(report) == ["lr_stability"]
     assert "the LR schedule is broken" in next(c for c in report["checks"] if c["name"] == "lr_stability")["message"]

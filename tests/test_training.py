@@ -236,3 +236,128 @@ def test_time_budget_under_ddp_stops_every_rank_at_the_same_step(project):
     metrics = json.loads((root / "reports/train_metrics.json").read_text())
     assert metrics["stopped_by"] == "max_seconds" and metrics["world_size"] == 2
     assert read_log(root)[-1]["step"] == metrics["steps"]
+
+
+# ------------------------------------------------------------------------------------- stopping and the lock
+
+@pytest.mark.parametrize("signum,code,name", [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")])
+def test_ctrl_c_or_sigterm_stops_after_the_step_with_a_checkpoint_and_resumes_bitwise(project, tmp_path, signum, code, name):
+    root, source = project
+    params = recompose(root, source, ["train.max_steps=150", "train.eval_every=50", "train.eval_batches=2",
+                                      "train.sample_length=0", "model.dropout=0.1"])
+    run_preflight(params, root)
+    import shutil
+    twin = shutil.copytree(root, tmp_path / "twin")
+
+    proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "stages/train.py")], cwd=root, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    _wait_for_step(root, 70, proc)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    stopped_at = len(read_log(root))
+    assert lines == [f"[train] stopped at step {stopped_at} ({name}); models/mini_gpt_latest.pt holds that step. "
+                     "Resume with `dvc repro` (or `python stages/train.py`): the run continues where it stopped, as "
+                     "if never interrupted."]
+    assert 70 <= stopped_at < 150
+    assert load_checkpoint(root / "models/mini_gpt_latest.pt")["step"] == stopped_at
+    assert not (root / "models/.train.lock").exists(), "the lock is released on a stop"
+
+    assert stage(root).returncode == 0
+    assert stage(twin).returncode == 0
+    assert [r["step"] for r in read_log(root)] == list(range(1, 151))
+    assert [r["train_loss"] for r in read_log(root)] == [r["train_loss"] for r in read_log(twin)]
+    resumed, straight = (load_checkpoint(p / "models/mini_gpt_latest.pt")["model_state"] for p in (root, twin))
+    assert all(torch.equal(resumed[k], straight[k]) for k in straight)
+
+
+def test_a_second_trainer_on_the_same_folder_is_refused_naming_the_holder(project):
+    root, source = project
+    params = recompose(root, source, ["train.max_steps=100000", "train.eval_every=100000", "train.eval_batches=2",
+                                      "train.sample_length=0"])
+    run_preflight(params, root)
+    first = subprocess.Popen([sys.executable, str(REPO_ROOT / "stages/train.py")], cwd=root,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_step(root, 5, first)
+        second = stage(root)
+        assert second.returncode == 1
+        assert f"another trainer is running on this folder (pid {first.pid} on" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1
+        assert read_log(root)[0]["step"] == 1, "the second trainer wrote nothing"
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+    assert first.returncode == 143 and not (root / "models/.train.lock").exists()
+
+
+def test_a_stale_lock_and_half_written_temp_files_are_cleared(project):
+    root, source = project
+    params = recompose(root, source, FAST)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (root / "models").mkdir(exist_ok=True)
+    (root / "models/.train.lock").write_text(json.dumps({"pid": gone.pid, "start": "1", "host": __import__("socket").gethostname()}))
+    leftover = root / "models/.mini_gpt_best.pt.k3j2h1.tmp"
+    leftover.write_bytes(b"half a checkpoint")
+    messages = []
+    train(params, root, require_gate=False, out=messages.append)
+    assert not leftover.exists() and any(f"removed {leftover}" in m for m in messages)
+    assert not (root / "models/.train.lock").exists()
+
+
+def test_a_checkpoint_write_that_fails_mid_run_names_the_path_and_keeps_the_last_good_one(project, monkeypatch):
+    root, source = project
+    params = recompose(root, source, FAST)
+    from minigpt import checkpoint as checkpoint_module
+    real_save, calls = torch.save, []
+
+    def disk_full_after_two(obj, path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) > 2:
+            raise OSError(28, "No space left on device")
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint_module.torch, "save", disk_full_after_two)
+    with pytest.raises(CheckpointError, match=r"mini_gpt_\w+\.pt: could not write the checkpoint \(No space left on device\); "
+                                              "the previous one is left as it was"):
+        train(params, root, require_gate=False, out=lambda _m: None)
+    monkeypatch.undo()
+    assert load_checkpoint(root / "models/mini_gpt_latest.pt")["step"] == 10
+    assert not list((root / "models").glob(".*.tmp")) and not (root / "models/.train.lock").exists()
+
+
+def test_a_val_split_too_short_for_one_window_is_a_clear_error_before_training(project):
+    root, source = project
+    params = recompose(root, source, FAST)
+    np_val = root / "data/encoded/val.npy"
+    import numpy as np
+    np.save(np_val, np.load(np_val)[: params.model.block_size])
+    with pytest.raises(MinigptError, match=r"val.npy: 32 tokens, fewer than one window of model.block_size \+ 1 = 33"):
+        train(params, root, require_gate=False, out=lambda _m: None)
+    assert not (root / "reports/train_log.jsonl").exists()
+
+
+def test_a_trainer_whose_parent_dies_stops_cleanly_instead_of_running_on_as_an_orphan(project, tmp_path):
+    """`dvc repro` killed but not its child: the orphan would keep writing models/ beside the next run."""
+    root, source = project
+    run_preflight(recompose(root, source, ["train.max_steps=100000", "train.eval_every=100000", "train.eval_batches=2",
+                                           "train.sample_length=0"]), root)
+    err = tmp_path / "trainer.err"
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, {str(REPO_ROOT / 'stages/train.py')!r}], cwd={str(root)!r},"
+        f" stdout=subprocess.DEVNULL, stderr=open({str(err)!r}, 'w'))\n"
+        "time.sleep(600)\n")])
+    _wait_for_step(root, 5, parent)
+    parent.kill()
+    parent.wait()
+    deadline = time.time() + 60
+    while (root / "models/.train.lock").exists() and time.time() < deadline:
+        time.sleep(0.1)
+    assert not (root / "models/.train.lock").exists(), "the orphan stopped and released the lock"
+    message = err.read_text()
+    assert f"(parent process {parent.pid} exited); models/mini_gpt_latest.pt holds that step" in message
+    assert load_checkpoint(root / "models/mini_gpt_latest.pt")["step"] == len(read_log(root))

@@ -1,0 +1,25 @@
+"""Bugs planted in the training code on purpose, shared by the tests and benchmarks/preflight_false_alarms.py:
+each is a plausible mistake in the real step or schedule that preflight must refuse by name."""
+
+import torch
+
+from minigpt import optim, train_step
+
+REAL_COSINE = optim.cosine_with_warmup
+
+
+def zero_grad_between_backward_and_step(model, optimizer, inputs, targets, lr, precision, grad_clip, clip_params=None):
+    """The real step with zero_grad moved after backward: the optimizer steps on no gradient (updates never land)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    loss = train_step.calc_loss_batch(model, inputs, targets, precision)
+    loss.backward()
+    optimizer.zero_grad(set_to_none=True)
+    norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip))
+    optimizer.step()
+    return train_step.StepResult(float(loss.detach()), norm, lr, True)
+
+
+def lr_zero_after_warmup(step, warmup_steps, total_steps, max_lr, min_lr=None, time_fraction=0.0):
+    """The schedule's cosine part returning 0 (e.g. a progress computed past 1 with min_lr 0)."""
+    return REAL_COSINE(step, warmup_steps, total_steps, max_lr, min_lr, time_fraction) if step < warmup_steps else 0.0
