@@ -493,3 +493,5 @@ def test_no_false_alarm_over_30_seeds_and_the_divergent_lrs_still_fail(project):
     for lr in ("1.0", "10.0"):
         report = run_preflight(recompose(root, source, [f"train.lr={lr}"]), root)
         assert "lr_stability" in failed(report), lr
+    # 0.1 collapses to character frequencies rather than blowing up (benchmarks/preflight_false_alarms.py)
+    assert "rehearsal_learns" in failed(run_preflight(recompose(root, source, ["train.lr=0.1"]), root))
