@@ -61,7 +61,7 @@ def synthetic_corpus(folder: Path) -> Path:
     """The tests' WikiText-shaped fixture written as wiki.{train,valid,test}.raw (used when no corpus is given)."""
     if str(ROOT / "tests") not in sys.path:
         sys.path.insert(0, str(ROOT / "tests"))
-    from wikitext_fixture import make_texts
+    from helpers.wikitext_fixture import make_texts
 
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in make_texts().items():

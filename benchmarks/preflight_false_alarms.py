@@ -25,7 +25,7 @@ from pathlib import Path
 from bench_common import ROOT, compose_project, prepare_project, synthetic_corpus
 
 sys.path.insert(0, str(ROOT / "tests"))
-from planted_bugs import lr_zero_after_warmup, zero_grad_between_backward_and_step  # noqa: E402
+from helpers.planted_bugs import lr_zero_after_warmup, zero_grad_between_backward_and_step  # noqa: E402
 
 from minigpt import optim, train_step  # noqa: E402
 from minigpt.checks import Context, run_checks  # noqa: E402

@@ -5,9 +5,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from wikitext_fixture import make_texts, release_for, write_directory, write_zip  # noqa: E402
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from helpers.wikitext_fixture import make_texts, release_for, write_directory, write_zip  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -38,7 +36,7 @@ def fixture_release(fixture_zip, fixture_files):
 @pytest.fixture(scope="session")
 def encoded_project(tmp_path_factory, fixture_texts):
     """A debug-scale project with fetch..encode done on the fixture corpus (built once per session)."""
-    from pipeline_fixture import build_project
+    from helpers.pipeline_fixture import build_project
 
     base = tmp_path_factory.mktemp("encoded")
     source = write_directory(base / "src", fixture_texts)
@@ -48,7 +46,7 @@ def encoded_project(tmp_path_factory, fixture_texts):
 @pytest.fixture
 def project(encoded_project, tmp_path):
     """A private copy of the encoded project, free to break."""
-    from pipeline_fixture import copy_project
+    from helpers.pipeline_fixture import copy_project
 
     root, source = encoded_project
     return copy_project(root, tmp_path / "project"), source

@@ -6,19 +6,12 @@ import sys
 import pytest
 import torch
 
-from minigpt.batching import get_batch
 from minigpt.checkpoint import CheckpointError, load_checkpoint, load_state_strict, save_checkpoint
 from minigpt.doctor import main as doctor_main
-from minigpt.encoding import load_split
-from minigpt.model import MiniGPT, MiniGPTConfig
-from minigpt.tokenizer import CharTokenizer
+from minigpt.model import MiniGPT
 
-from pipeline_fixture import recompose
-
-
-def small_config(vocab=40, **overrides):
-    base = dict(vocab_size=vocab, block_size=16, embedding_dim=32, num_heads=4, num_layers=2, expansion_factor=4, dropout=0.0)
-    return MiniGPTConfig(**{**base, **overrides})
+from helpers.pipeline_fixture import recompose
+from helpers.tiny_models import small_config, train_quickly
 
 
 def test_checkpoint_round_trip_is_weights_only(tmp_path):
@@ -81,21 +74,6 @@ def test_loading_into_another_architecture_lists_what_differs(tmp_path, change, 
         load_state_strict(target, load_checkpoint(path), path)
     for text in expected:
         assert text in str(err.value)
-
-
-def train_quickly(root, steps):
-    tok = CharTokenizer.load(root / "data/tokenizer/char_tokenizer.json")
-    torch.manual_seed(0)
-    model = MiniGPT(small_config(tok.vocab_size, block_size=32, embedding_dim=64))
-    train = load_split(root / "data/encoded", "train")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(steps):
-        _, loss = model(*get_batch(train, 16, 32, "cpu", gen))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model, tok
 
 
 def test_doctor_passes_a_trained_checkpoint_and_flags_an_untrained_one(project, capsys):

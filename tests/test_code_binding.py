@@ -17,7 +17,8 @@ from minigpt.gate import GateError, verify_gate
 from minigpt.model import MiniGPT
 from minigpt.training import train
 
-from pipeline_fixture import REPO_ROOT, recompose
+from helpers import REPO_ROOT
+from helpers.pipeline_fixture import recompose
 
 FAST = ["train.max_steps=40", "train.eval_every=20", "train.eval_batches=2", "train.sample_length=0"]
 

@@ -9,7 +9,7 @@ from minigpt.compose import compose_params
 from minigpt.config import load_params, params_from_dict
 from minigpt.errors import ConfigError
 
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 
 
 def _committed():

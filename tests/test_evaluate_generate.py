@@ -21,8 +21,9 @@ from minigpt.sampling import SamplingSettings, next_token_logits
 from minigpt.textmetrics import longest_char_run, longest_repeated_substring, repeated_ngram_share
 from minigpt.tokenizer import CharTokenizer
 
-from pipeline_fixture import REPO_ROOT, recompose
-from test_checkpoint_doctor import train_quickly
+from helpers import REPO_ROOT
+from helpers.pipeline_fixture import recompose
+from helpers.tiny_models import train_quickly
 
 
 @pytest.mark.parametrize("n,block,stride", [(2, 8, 4), (9, 8, 8), (100, 8, 4), (101, 8, 3), (57, 16, 1), (20, 16, 16)])

@@ -11,7 +11,7 @@ from minigpt.config import DataConfig
 from minigpt.errors import DataError
 from minigpt.fetch import USER_AGENT, fetch
 
-from wikitext_fixture import release_for, write_zip
+from helpers.wikitext_fixture import release_for, write_zip
 
 
 def data_cfg(source="wikitext2", path=None, mirrors=(), attempts=2):

@@ -3,7 +3,12 @@
 import json
 import sys
 
-from dvc_project import DvcProject
+import pytest
+
+from helpers.dvc_project import DvcProject
+
+# real `dvc repro` / `dvc exp run` in throwaway git repos: minutes in all, so in the slow tier (CI runs it)
+pytestmark = pytest.mark.slow
 
 
 def test_dvc_repro_encode_then_noop_then_clean_option_reruns_only_downstream(tmp_path, fixture_dir):

@@ -24,8 +24,9 @@ from minigpt.model import MiniGPT
 from minigpt.tokenizer import CharTokenizer
 from minigpt.training import train
 
-from pipeline_fixture import REPO_ROOT, recompose
-from planted_bugs import lr_zero_after_warmup, zero_grad_between_backward_and_step
+from helpers import REPO_ROOT
+from helpers.pipeline_fixture import recompose
+from helpers.planted_bugs import lr_zero_after_warmup, zero_grad_between_backward_and_step
 
 
 def statuses(report):

@@ -14,10 +14,11 @@ from minigpt.checkpoint import CheckpointError, load_checkpoint
 from minigpt.diagnostics import run_preflight
 from minigpt.errors import MinigptError
 from minigpt.model import MiniGPT
-from minigpt.training import (TrainingDiverged, evaluate_model, fixed_val_batches, train)
-from minigpt.encoding import load_split
+from minigpt import training as training_module
+from minigpt.training import TrainingDiverged, train
 
-from pipeline_fixture import REPO_ROOT, recompose
+from helpers import REPO_ROOT
+from helpers.pipeline_fixture import recompose
 
 FAST = ["train.max_steps=40", "train.eval_every=10", "train.eval_batches=2", "train.sample_length=10"]
 
@@ -72,18 +73,21 @@ def test_a_gated_run_logs_every_step_and_writes_its_outputs(project):
     assert {"torch", "numpy", "python"} <= set(ckpt["rng"]) and ckpt["step"] == 40
 
 
-def test_validation_batches_are_fixed(project):
-    root, _ = project
-    val = load_split(root / "data/encoded", "val")
-    a = fixed_val_batches(val, 3, 4, 32, seed=5, device=torch.device("cpu"))
-    b = fixed_val_batches(val, 3, 4, 32, seed=5, device=torch.device("cpu"))
-    assert all(torch.equal(x1, x2) and torch.equal(y1, y2) for (x1, y1), (x2, y2) in zip(a, b))
-    torch.manual_seed(0)
-    model = MiniGPT.__new__(MiniGPT)
-    from minigpt.model import MiniGPTConfig
-    model = MiniGPT(MiniGPTConfig(256, 32, 32, 4, 1))
-    model.train()
-    assert evaluate_model(model, a) == evaluate_model(model, b) and model.training
+def test_every_evaluation_of_a_run_scores_the_same_validation_batches(project, monkeypatch):
+    root, source = project
+    params = recompose(root, source, FAST)
+    seen = []
+    real = training_module.evaluate_model
+
+    def recording(model, val_batches, precision="fp32"):
+        seen.append([(x.clone(), y.clone()) for x, y in val_batches])
+        return real(model, val_batches, precision)
+
+    monkeypatch.setattr(training_module, "evaluate_model", recording)
+    train(params, root, require_gate=False, out=lambda _m: None)
+    assert len(seen) == 4 and len(seen[0]) == params.train.eval_batches
+    assert all(torch.equal(x, x0) and torch.equal(y, y0) for probe in seen[1:] for (x, y), (x0, y0) in zip(probe, seen[0]))
+    assert all(torch.equal(x[:, 1:], y[:, :-1]) for x, y in seen[0])
 
 
 def _wait_for_step(root, step, proc, timeout=60):
@@ -100,6 +104,7 @@ def _wait_for_step(root, step, proc, timeout=60):
     raise AssertionError("training did not reach the step in time")
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_and_reproduces_the_uninterrupted_weights(project, tmp_path):
     root, source = project
     overrides = ["train.max_steps=400", "train.eval_every=50", "train.eval_batches=2", "train.sample_length=0",
@@ -189,6 +194,7 @@ def test_unwritable_models_folder_is_a_clear_error(project):
         train(params, root, require_gate=False, out=lambda _m: None)
 
 
+@pytest.mark.slow
 def test_two_process_ddp_run(project):
     root, source = project
     params = recompose(root, source, ["train.max_steps=20", "train.eval_every=10", "train.eval_batches=2",
@@ -215,7 +221,8 @@ def test_time_budget_stops_the_run_and_decays_the_lr_on_the_clock(project):
     log = read_log(root)
     assert summary["stopped_by"] == "max_seconds" and 5 < summary["steps"] < 1_000_000
     assert [r["step"] for r in log] == list(range(1, summary["steps"] + 1))
-    assert 3.0 <= log[-1]["elapsed_s"] < 4.0, "stops on the first step past the budget"
+    # (elapsed_s is logged to the millisecond, so a step just under 3 s reads as 3.0)
+    assert log[-2]["elapsed_s"] <= 3.0 <= log[-1]["elapsed_s"], "stops on the first step past the budget"
     assert "val_loss" in log[-1], "the last step is evaluated and checkpointed"
     assert load_checkpoint(root / "models/mini_gpt_latest.pt")["step"] == summary["steps"]
     lrs = [r["lr"] for r in log[5:]]
@@ -223,6 +230,7 @@ def test_time_budget_stops_the_run_and_decays_the_lr_on_the_clock(project):
         "after warmup the LR follows the clock down to min_lr (10% of lr)"
 
 
+@pytest.mark.slow
 def test_time_budget_under_ddp_stops_every_rank_at_the_same_step(project):
     root, source = project
     params = recompose(root, source, ["train.max_steps=1000000", "train.max_seconds=4", "train.eval_every=100000",
@@ -240,6 +248,7 @@ def test_time_budget_under_ddp_stops_every_rank_at_the_same_step(project):
 
 # ------------------------------------------------------------------------------------- stopping and the lock
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum,code,name", [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")])
 def test_ctrl_c_or_sigterm_stops_after_the_step_with_a_checkpoint_and_resumes_bitwise(project, tmp_path, signum, code, name):
     root, source = project

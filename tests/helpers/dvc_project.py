@@ -11,7 +11,7 @@ from pathlib import Path
 
 from minigpt.compose import compose_params
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from helpers import REPO_ROOT
 COPIED = ["dvc.yaml", "conf", "stages", "minigpt", ".dvc/config", ".dvcignore", ".gitignore"]
 
 

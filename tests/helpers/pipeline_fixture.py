@@ -10,7 +10,7 @@ from pathlib import Path
 from minigpt.compose import compose_params
 from minigpt.config import load_params
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from helpers import REPO_ROOT
 DATA_STAGES = ("fetch", "clean", "tokenizer", "encode")
 
 
