@@ -51,9 +51,9 @@ def prepare_project(work: Path, corpus: Path) -> None:
 
 def clear_checkpoints(work: Path) -> None:
     """Remove the scratch project's checkpoints, so the next run starts fresh instead of resuming."""
-    from minigpt.training import BEST, LATEST
+    from minigpt.paths import BEST_CHECKPOINT, LATEST_CHECKPOINT
 
-    for path in (LATEST, BEST):
+    for path in (LATEST_CHECKPOINT, BEST_CHECKPOINT):
         (work / path).unlink(missing_ok=True)
 
 

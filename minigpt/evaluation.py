@@ -14,7 +14,7 @@ from minigpt.checkpoint import load_checkpoint, model_from_checkpoint, require_t
 from minigpt.device import select_device
 from minigpt.encoding import load_ids
 from minigpt.errors import MinigptError
-from minigpt.paths import ENCODED_DIR, MODELS_DIR, TOKENIZER_FILE
+from minigpt.paths import BEST_CHECKPOINT, ENCODED_DIR, TOKENIZER_FILE
 from minigpt.tokenizer import CharTokenizer
 from minigpt.device import autocast_for
 
@@ -82,7 +82,7 @@ TRAINED_MARGIN = 0.5
 def evaluate_checkpoint(params, root, checkpoint_path=None) -> dict:
     """Score the best checkpoint on the full val and test splits; returns the metrics for reports/metrics.json."""
     root = Path(root)
-    path = Path(checkpoint_path) if checkpoint_path else root / MODELS_DIR / "mini_gpt_best.pt"
+    path = Path(checkpoint_path) if checkpoint_path else root / BEST_CHECKPOINT
     device = select_device(params.train.device)
     checkpoint = load_checkpoint(path)
     tokenizer = CharTokenizer.load(root / TOKENIZER_FILE)

@@ -16,12 +16,12 @@ from minigpt.cleaning import normalise
 from minigpt.config import DEFAULT_PARAMS, CleanConfig, load_params
 from minigpt.device import select_device
 from minigpt.errors import ConfigError, MinigptError
-from minigpt.paths import MODELS_DIR, TOKENIZER_FILE
+from minigpt.paths import BEST_CHECKPOINT as BEST
+from minigpt.paths import TOKENIZER_FILE
 from minigpt.sampling import SamplingSettings
 from minigpt.textmetrics import repetition_metrics
 from minigpt.tokenizer import CharTokenizer
 
-BEST = MODELS_DIR / "mini_gpt_best.pt"
 # generation costs one forward pass of up to block_size positions per character: a bound that still means minutes
 MAX_NEW_TOKENS = 100_000
 STREAM_CHUNK = 32  # the CLI prints as it samples, this many characters at a time

@@ -10,7 +10,17 @@ REPORTS_DIR = Path("reports")
 CLEAN_REPORT = REPORTS_DIR / "clean.json"
 DEBUG_REPORT = REPORTS_DIR / "debug_report.json"
 MODELS_DIR = Path("models")
+LATEST_CHECKPOINT = MODELS_DIR / "mini_gpt_latest.pt"
+BEST_CHECKPOINT = MODELS_DIR / "mini_gpt_best.pt"
 TRAIN_LOCK = MODELS_DIR / ".train.lock"  # held by the one trainer writing models/ and the run's reports
+TRAIN_LOG = REPORTS_DIR / "train_log.jsonl"
+TRAIN_METRICS = REPORTS_DIR / "train_metrics.json"
+TRAIN_PLOT_CSV = REPORTS_DIR / "plots" / "train.csv"
+VAL_PLOT_CSV = REPORTS_DIR / "plots" / "val.csv"
+CURVES_PNG = REPORTS_DIR / "train_curves.png"
+EVAL_METRICS = REPORTS_DIR / "metrics.json"
+GENERATION_REPORT = REPORTS_DIR / "generation.json"
+SAMPLES_MD = REPORTS_DIR / "samples.md"
 
 
 def clean_split_path(split: str, clean_dir: Path = CLEAN_DIR) -> Path:

@@ -37,17 +37,13 @@ from minigpt.io_utils import atomic_write_json, atomic_write_text, canonical_jso
 from minigpt.model import MiniGPT, MiniGPTConfig
 from minigpt.nonfinite import NonFiniteTracker
 from minigpt.train_step import calc_loss_batch
-from minigpt.paths import ENCODED_DIR, MODELS_DIR, REPORTS_DIR, TOKENIZER_FILE, TRAIN_LOCK
+from minigpt.paths import BEST_CHECKPOINT as BEST
+from minigpt.paths import CURVES_PNG, ENCODED_DIR, MODELS_DIR, TOKENIZER_FILE, TRAIN_LOCK, TRAIN_LOG, TRAIN_METRICS
+from minigpt.paths import LATEST_CHECKPOINT as LATEST
+from minigpt.paths import TRAIN_PLOT_CSV, VAL_PLOT_CSV
 from minigpt.run_control import RunLock, StopRequest, TrainingStopped
 from minigpt.tokenizer import CharTokenizer
 
-LATEST = MODELS_DIR / "mini_gpt_latest.pt"
-BEST = MODELS_DIR / "mini_gpt_best.pt"
-TRAIN_LOG = REPORTS_DIR / "train_log.jsonl"
-TRAIN_METRICS = REPORTS_DIR / "train_metrics.json"
-TRAIN_PLOT_CSV = REPORTS_DIR / "plots" / "train.csv"
-VAL_PLOT_CSV = REPORTS_DIR / "plots" / "val.csv"
-CURVES_PNG = REPORTS_DIR / "train_curves.png"
 # train.* keys that may differ between a checkpoint and the run resuming it (they do not change the weights)
 RESUME_FREE_KEYS = ("device", "compile", "resume_from")
 

@@ -4,13 +4,13 @@ from pathlib import Path
 
 from minigpt.evaluation import evaluate_checkpoint
 from minigpt.io_utils import atomic_write_json
-from minigpt.paths import REPORTS_DIR
+from minigpt.paths import EVAL_METRICS
 from minigpt.stage import stage_main
 
 
 def run(params):
     metrics = evaluate_checkpoint(params, Path("."))
-    atomic_write_json(REPORTS_DIR / "metrics.json", metrics)
+    atomic_write_json(EVAL_METRICS, metrics)
     for split in ("val", "test"):
         m = metrics[split]
         print(f"[evaluate] {split}: loss {m['loss']:.4f} nats/char, {m['bpc']:.4f} bpc, perplexity "

@@ -4,14 +4,14 @@ from pathlib import Path
 
 from minigpt.generation import generate_samples
 from minigpt.io_utils import atomic_write_json, atomic_write_text
-from minigpt.paths import REPORTS_DIR
+from minigpt.paths import GENERATION_REPORT, SAMPLES_MD
 from minigpt.stage import stage_main
 
 
 def run(params):
     report, markdown = generate_samples(params, Path("."))
-    atomic_write_json(REPORTS_DIR / "generation.json", report)
-    atomic_write_text(REPORTS_DIR / "samples.md", markdown + "\n")
+    atomic_write_json(GENERATION_REPORT, report)
+    atomic_write_text(SAMPLES_MD, markdown + "\n")
     mean = report["mean"]
     print(f"[generate] {len(report['samples'])} samples; repeated 4-grams {mean['repeated_4gram_share']:.1%}, "
           f"longest repeated substring {mean['longest_repeated_substring']:.0f} chars")
