@@ -35,15 +35,6 @@ def save_checkpoint(path: str | Path, model: MiniGPT, tokenizer_fingerprint: str
                               "resume.") from None
 
 
-def remove_stale_temp_files(folder: Path) -> list[Path]:
-    """Delete temp files of our own naming (.<checkpoint>.pt.<random>.tmp) left by a write killed half-way.
-    Only the lock holder calls this, so no other writer can be mid-write."""
-    stale = sorted(folder.glob(".*.pt.*.tmp")) if folder.is_dir() else []
-    for path in stale:
-        path.unlink(missing_ok=True)
-    return stale
-
-
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
     path = Path(path)
     if not path.is_file():

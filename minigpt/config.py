@@ -20,6 +20,8 @@ import yaml
 from minigpt.errors import ConfigError
 
 DEFAULT_PARAMS = "params.yaml"
+# generation costs one forward pass of up to block_size positions per character: a bound that still means minutes
+MAX_NEW_TOKENS = 100_000
 
 
 def _rule(check, text: str) -> dict:
@@ -112,7 +114,7 @@ class EvaluateConfig:
 @dataclass(frozen=True)
 class GenerateConfig:
     prompts: list[str] = field(metadata=_rule(lambda v: len(v) >= 1 and all(len(p) >= 1 for p in v), "a non-empty list of non-empty prompts"))
-    max_new_tokens: int = field(metadata=_rule(lambda v: 1 <= v <= 100_000, "between 1 and 100000"))
+    max_new_tokens: int = field(metadata=_rule(lambda v: 1 <= v <= MAX_NEW_TOKENS, f"between 1 and {MAX_NEW_TOKENS}"))
     temperature: float = field(metadata=_rule(_positive, "> 0"))
     top_k: Optional[int] = field(metadata=_rule(_at_least(1), ">= 1 (or null for no limit)"))
     top_p: float = field(metadata=_rule(lambda v: 0 < v <= 1, "in (0, 1]"))

@@ -13,7 +13,7 @@ import torch
 
 from minigpt.checkpoint import load_checkpoint, model_from_checkpoint, require_tokenizer
 from minigpt.cleaning import normalise
-from minigpt.config import DEFAULT_PARAMS, CleanConfig, load_params
+from minigpt.config import DEFAULT_PARAMS, MAX_NEW_TOKENS, CleanConfig, load_params
 from minigpt.device import select_device
 from minigpt.errors import ConfigError, MinigptError
 from minigpt.paths import BEST_CHECKPOINT as BEST
@@ -22,8 +22,6 @@ from minigpt.sampling import SamplingSettings
 from minigpt.textmetrics import repetition_metrics
 from minigpt.tokenizer import CharTokenizer
 
-# generation costs one forward pass of up to block_size positions per character: a bound that still means minutes
-MAX_NEW_TOKENS = 100_000
 STREAM_CHUNK = 32  # the CLI prints as it samples, this many characters at a time
 
 

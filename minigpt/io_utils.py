@@ -50,6 +50,16 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def remove_stale_temp_files(folder: str | os.PathLike, target_glob: str = "*") -> list[Path]:
+    """Delete atomic_path's temp files (.<target>.<random>.tmp) for targets matching target_glob, left by a write
+    killed half-way. Call it only where no other writer can be mid-write (e.g. under a run lock)."""
+    folder = Path(folder)
+    stale = sorted(folder.glob(f".{target_glob}.*.tmp")) if folder.is_dir() else []
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)

@@ -36,9 +36,8 @@ def unigram_log_probs(ids: torch.Tensor, vocab_size: int) -> np.ndarray:
     return np.log(counts / counts.sum())
 
 
-def unigram_entropy(ids: torch.Tensor, vocab_size: int) -> float:
+def unigram_entropy(log_p: np.ndarray) -> float:
     """Entropy (nats/char) of train's character frequencies: the loss of the best model that ignores context."""
-    log_p = unigram_log_probs(ids, vocab_size)
     return float(-(np.exp(log_p) * log_p).sum())
 
 
@@ -57,16 +56,6 @@ def running_median(values: list[float], window: int) -> list[float]:
     return [statistics.median(values[max(0, i - half): i + half + 1]) for i in range(len(values))]
 
 
-@torch.no_grad()
-def probe_loss(model, batches, precision: str) -> float:
-    was_training = model.training
-    model.eval()
-    try:
-        return sum(float(train_step.calc_loss_batch(model, x, y, precision)) for x, y in batches) / len(batches)
-    finally:
-        model.train(was_training)
-
-
 def rehearse(ctx: Context) -> dict:
     """Run the rehearsal once; its record goes to ctx.rehearsal for the checks that judge it."""
     train, pre = ctx.params.train, ctx.params.preflight
@@ -80,10 +69,11 @@ def rehearse(ctx: Context) -> dict:
               for _ in range(pre.probe_batches)]
     warmup = rehearsal_warmup(ctx)
     steps = warmup + pre.rehearsal_steps
+    log_p = unigram_log_probs(ctx.splits["train"], ctx.model_config.vocab_size)
     record = {"warmup_steps": warmup, "steps_at_peak": pre.rehearsal_steps, "batch_size": pre.batch_size,
               "precision": train.precision, "probe_batches": pre.probe_batches,
-              "probe_loss_before": probe_loss(model, probes, train.precision),
-              "probe_unigram_loss": unigram_loss(probes, unigram_log_probs(ctx.splits["train"], ctx.model_config.vocab_size)),
+              "probe_loss_before": train_step.evaluate_model(model, probes, train.precision),
+              "probe_unigram_loss": unigram_loss(probes, log_p), "unigram_entropy": unigram_entropy(log_p),
               "losses": [], "lrs": [],
               "failure": None}
     gen = ctx.generator(5)
@@ -102,7 +92,7 @@ def rehearse(ctx: Context) -> dict:
                 break
             record["losses"].append(result.loss)
     if record["failure"] is None:
-        record["probe_loss_after"] = probe_loss(model, probes, train.precision)
+        record["probe_loss_after"] = train_step.evaluate_model(model, probes, train.precision)
     ctx.rehearsal = record
     return record
 
@@ -153,7 +143,7 @@ def check_rehearsal_learns(ctx: Context) -> dict:
     after = record["probe_loss_after"]
     measured = {"probe_loss_before": record["probe_loss_before"], "probe_loss_after": after,
                 "probe_unigram_loss": record["probe_unigram_loss"],
-                "unigram_entropy": unigram_entropy(ctx.splits["train"], ctx.model_config.vocab_size),
+                "unigram_entropy": record["unigram_entropy"],
                 "log_v": math.log(ctx.model_config.vocab_size), "bar": bar, "steps": len(record["losses"])}
     ctx.summary["rehearsal_loss"] = after
     if not after <= bar:
@@ -186,7 +176,7 @@ def overfit_run(ctx: Context, dropout: float) -> dict:
             failure = f"loss {result.loss} / gradient norm {result.grad_norm} at overfit step {step}"
             break
         losses.append(result.loss)
-    final = probe_loss(model, [(inputs, targets)], train.precision)
+    final = train_step.evaluate_model(model, [(inputs, targets)], train.precision)
     reached = next((i for i, v in enumerate(losses) if v < pre.overfit_threshold), None)
     return {"dropout": dropout, "final_loss": final, "steps_to_threshold": reached,
             "loss_at": {str(i): round(losses[i], 4) for i in range(0, len(losses), max(1, len(losses) // 5))},

@@ -110,11 +110,15 @@ class CharTokenizer:
             )
         return ids
 
-    def decode(self, ids) -> str:
+    def decode_codepoints(self, ids) -> np.ndarray:
+        """The code point of every ID, vectorised (compare with `textstats.codepoints(text)` without a string)."""
         ids = np.asarray(ids, dtype=np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
             raise DataError(f"token IDs must be in [0, {self.vocab_size}); got range [{ids.min()}, {ids.max()}]")
-        return from_codepoints(self._points[ids])
+        return self._points[ids]
+
+    def decode(self, ids) -> str:
+        return from_codepoints(self.decode_codepoints(ids))
 
     def to_dict(self) -> dict:
         return {

@@ -1,5 +1,5 @@
-"""One training step and its set-up (optimizer, LR schedule, precision), shared by the training loop and by
-preflight's rehearsal, so that preflight proves the very step that training runs.
+"""One training step and its set-up (optimizer, LR schedule, precision) and the loss on fixed batches, shared by
+the training loop and by preflight's rehearsal, so that preflight proves the very step that training runs.
 
 Callers reach these through the module (`train_step.training_step(...)`), never a copied reference, so a
 change here (or a bug planted in a test) reaches both at once.
@@ -21,6 +21,18 @@ def calc_loss_batch(model: nn.Module, inputs: torch.Tensor, targets: torch.Tenso
     with runtime.autocast_for(inputs.device, precision):
         _, loss = model(inputs, targets)
     return loss
+
+
+@torch.no_grad()
+def evaluate_model(model: nn.Module, batches, precision: str = "fp32") -> float:
+    """Mean loss over fixed batches in eval mode (no dropout), the model's train/eval mode restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        losses = [float(calc_loss_batch(model, x, y, precision)) for x, y in batches]
+    finally:
+        model.train(was_training)
+    return sum(losses) / len(losses)
 
 
 def make_optimizer(model: nn.Module, train_cfg, lr: float | None = None, weight_decay: float | None = None) -> torch.optim.AdamW:

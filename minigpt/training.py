@@ -26,17 +26,17 @@ import torch.nn as nn
 
 from minigpt import batching, train_step
 from minigpt.code_binding import changed_files, code_fingerprint
-from minigpt.checkpoint import (CheckpointError, load_checkpoint, load_state_strict, remove_stale_temp_files,
-                                save_checkpoint)
+from minigpt.checkpoint import CheckpointError, load_checkpoint, load_state_strict, save_checkpoint
 from minigpt.config import Params
 from minigpt.device import select_device
 from minigpt.encoding import load_split
 from minigpt.errors import ConfigError, DataError, MinigptError
 from minigpt.gate import verify_gate
-from minigpt.io_utils import atomic_write_json, atomic_write_text, canonical_json_digest, sha256_file
+from minigpt.io_utils import (atomic_write_json, atomic_write_text, canonical_json_digest, remove_stale_temp_files,
+                              sha256_file)
 from minigpt.model import MiniGPT, MiniGPTConfig
 from minigpt.nonfinite import NonFiniteTracker
-from minigpt.train_step import calc_loss_batch
+from minigpt.train_step import calc_loss_batch, evaluate_model
 from minigpt.paths import BEST_CHECKPOINT as BEST
 from minigpt.paths import CURVES_PNG, ENCODED_DIR, MODELS_DIR, TOKENIZER_FILE, TRAIN_LOCK, TRAIN_LOG, TRAIN_METRICS
 from minigpt.paths import LATEST_CHECKPOINT as LATEST
@@ -59,17 +59,6 @@ def fixed_val_batches(val: torch.Tensor, count: int, batch_size: int, block_size
     """The validation batches, sliced once from their own seed: identical at every probe and every run."""
     gen = torch.Generator().manual_seed(seed + 1_000_003)
     return [batching.get_batch(val, batch_size, block_size, device, gen) for _ in range(count)]
-
-
-@torch.no_grad()
-def evaluate_model(model: nn.Module, val_batches, precision: str = "fp32") -> float:
-    was_training = model.training
-    model.eval()
-    try:
-        losses = [float(calc_loss_batch(model, x, y, precision)) for x, y in val_batches]
-    finally:
-        model.train(was_training)
-    return sum(losses) / len(losses)
 
 
 def generate_and_print_sample(model: MiniGPT, tokenizer: CharTokenizer, prompt: str, length: int,
@@ -275,7 +264,7 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
     # one trainer per folder: the lock is taken before the first write and released however the run ends
     with (RunLock(root / TRAIN_LOCK) if ddp.main else nullcontext()), StopRequest() as stop:
         if ddp.main:
-            for stale in remove_stale_temp_files(root / MODELS_DIR):
+            for stale in remove_stale_temp_files(root / MODELS_DIR, "*.pt"):
                 say(f"[train] removed {stale}, left by a checkpoint write that was killed half-way")
         return _train(params, root, ddp, say, stop, model_factory)
 
@@ -404,11 +393,18 @@ def _train(params: Params, root: Path, ddp: Dist, say, stop: StopRequest, model_
 
 def _agreed_clock(elapsed_s: float, ddp: Dist, budget: float | None, device: torch.device) -> float:
     """The slowest rank's clock, so that under a time budget every rank applies the same LR and stops together."""
-    if budget is None or ddp.world == 1:
+    if budget is None:
         return elapsed_s
-    clock = torch.tensor([elapsed_s], dtype=torch.float64, device=device)  # nccl reduces GPU tensors only
-    dist.all_reduce(clock, op=dist.ReduceOp.MAX)
-    return float(clock.item())
+    return _max_over_ranks(elapsed_s, ddp, device)
+
+
+def _max_over_ranks(value: float, ddp: Dist, device: torch.device) -> float:
+    """The largest of every rank's value (the value itself in a single process)."""
+    if ddp.world == 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.float64, device=device)  # nccl reduces GPU tensors only
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return float(tensor.item())
 
 
 def _gather_batch_rng(batch_gen: torch.Generator, ddp: Dist) -> list[torch.Tensor]:
@@ -448,11 +444,7 @@ def _checkpoint_state(progress: Progress, history: list[dict], optimizer, batch_
 
 def _agreed_stop(stop: StopRequest, ddp: Dist, device: torch.device) -> bool:
     """Whether any rank was asked to stop (a signal may reach one rank only): all ranks stop at the same step."""
-    if ddp.world == 1:
-        return stop.requested
-    flag = torch.tensor([1.0 if stop.requested else 0.0], device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return bool(flag.item())
+    return _max_over_ranks(1.0 if stop.requested else 0.0, ddp, device) > 0
 
 
 def _raise_diverged(step, loss_value, grad_norm, raw_model, inputs, targets, precision, progress, root) -> None:

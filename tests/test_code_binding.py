@@ -5,6 +5,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -57,7 +58,7 @@ def test_the_static_closure_holds_every_module_python_really_imports(name):
              "print('\\n'.join(sorted(m.__file__ for n, m in sys.modules.items()"
              " if n == 'minigpt' or n.startswith('minigpt.'))))\n")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
-    imported = {str(__import__("pathlib").Path(f).resolve().relative_to(REPO_ROOT)) for f in result.stdout.split()}
+    imported = {str(Path(f).resolve().relative_to(REPO_ROOT)) for f in result.stdout.split()}
     assert imported and imported <= set(import_closure(script.relative_to(REPO_ROOT)))
 
 
