@@ -10,9 +10,22 @@ export DVC_NO_ANALYTICS := 1
 
 .PHONY: setup params repro test test-slow test-all clean-venv
 
+# TORCH=cpu: torch (the version constraints.txt pins) from PyTorch's CPU-only wheel index, so no CUDA libraries
+# are installed; the default takes torch from the indexes pip is configured with (PyPI: on Linux x86_64 the CUDA
+# build with its nvidia-* wheels; a machine with a local CPU wheel configured gets that one)
+TORCH ?= default
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_VERSION := $(shell sed -n 's/^torch==//p' constraints.txt)
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
+
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
+ifeq ($(TORCH),cpu)
+	$(PIP) --index-url $(TORCH_CPU_INDEX) "torch==$(TORCH_VERSION)"
+else ifneq ($(TORCH),default)
+	$(error TORCH=$(TORCH): use TORCH=cpu (CPU-only wheel index) or leave it unset)
+endif
+	$(PIP) -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -37,3 +50,7 @@ test-slow: $(STAMP)
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# remove the environment (e.g. before `make setup TORCH=cpu` on a machine that has one)
+clean-venv:
+	rm -rf $(VENV)

@@ -10,27 +10,27 @@ Needs only torch, numpy, pyyaml, matplotlib and tqdm (no DVC/Hydra), so it runs 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
-
 from bench_common import flops_per_token  # noqa: E402  (also puts the repo on sys.path)
-from minigpt.config import load_params  # noqa: E402
+
 from minigpt.checks import format_table  # noqa: E402
-from minigpt.diagnostics import run_preflight  # noqa: E402
+from minigpt.config import load_params  # noqa: E402
+from minigpt.eval_loop import calc_loss_batch  # noqa: E402
 from minigpt.evaluation import evaluate_checkpoint  # noqa: E402
 from minigpt.generation import generate_samples  # noqa: E402
 from minigpt.model import MiniGPT, MiniGPTConfig  # noqa: E402
 from minigpt.optim import make_adamw  # noqa: E402
-from minigpt.training import calc_loss_batch, train  # noqa: E402
+from minigpt.preflight.suite import run_preflight  # noqa: E402
+from minigpt.training import train  # noqa: E402
 
 
 def with_train(params, **changes):
-    return dataclasses.replace(params, train=dataclasses.replace(params.train, **changes))
+    return params.model_copy(update={"train": params.train.model_copy(update=changes)})
 
 
 def sync(device: str) -> None:
@@ -81,15 +81,15 @@ def throughput(config: MiniGPTConfig, device: str, batch: int, precision: str, c
 def continue_on_cpu(path: Path, params, steps: int = 3) -> dict:
     """Load the GPU checkpoint on the CPU as resume does (strict model load, optimizer state onto the CPU
     parameters) and take a few optimizer steps there."""
+    from minigpt.batching import get_batch
     from minigpt.checkpoint import load_checkpoint, load_state_strict
     from minigpt.encoding import load_split
-    from minigpt.batching import get_batch
 
     checkpoint = load_checkpoint(path)
-    model = MiniGPT(MiniGPTConfig.from_dict(checkpoint["model_config"]))
+    model = MiniGPT(MiniGPTConfig(**checkpoint["config"]))
     load_state_strict(model, checkpoint, path)
     optimizer = make_adamw(model, params.train.lr, params.train.weight_decay, params.train.betas)
-    optimizer.load_state_dict(checkpoint["optimizer_state"])
+    optimizer.load_state_dict(checkpoint["optimizer_state_dict"])
     devices = {str(v.device) for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)}
     data = load_split(path.parents[1] / "data/encoded", "train")
     losses = []

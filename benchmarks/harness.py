@@ -13,7 +13,6 @@ compared are measured side by side (interleaved) in the same run, so the ratios 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import multiprocessing
 import os
@@ -37,12 +36,13 @@ from bench_common import (ROOT, compose_project, flops_per_token, model_preset, 
 from minigpt import model as model_module  # noqa: E402
 from minigpt.cleaning import clean_splits  # noqa: E402
 from minigpt.config import CleanConfig  # noqa: E402
-from minigpt.diagnostics import run_preflight  # noqa: E402
+from minigpt.eval_loop import calc_loss_batch  # noqa: E402
 from minigpt.evaluation import score_split  # noqa: E402
 from minigpt.model import MiniGPT  # noqa: E402
 from minigpt.optim import build_param_groups  # noqa: E402
+from minigpt.preflight.suite import run_preflight  # noqa: E402
 from minigpt.tokenizer import CharTokenizer  # noqa: E402
-from minigpt.training import calc_loss_batch, train  # noqa: E402
+from minigpt.training import train  # noqa: E402
 
 
 def median_time(fn, rounds: int) -> float:
@@ -124,7 +124,7 @@ def training_speed(preset: str, batch: int, vocab: int, steps: int, rounds: int,
                 Variant(PROJECT_VARIANT["bf16"], config, batch, "bf16")]
     if config.dropout:
         # dropout's random masks, and attention-weight dropout forcing SDPA off its fused kernel, cost time
-        variants.append(Variant("bf16 autocast, dropout 0 (not the preset)", dataclasses.replace(config, dropout=0.0), batch, "bf16"))
+        variants.append(Variant("bf16 autocast, dropout 0 (not the preset)", config.model_copy(update={"dropout": 0.0}), batch, "bf16"))
     if compile_too:
         variants.append(Variant("bf16 autocast + torch.compile", config, batch, "bf16", compiled=True))
     for v in variants:
@@ -182,7 +182,7 @@ def gemm_bound(preset: str, batch: int, vocab: int, rounds: int, training: dict,
 # ---------------------------------------------------------------------------------------- 4. data stages
 
 def data_stages(text: str, rounds: int) -> dict:
-    clean_cfg = CleanConfig("NFC", 3, "\ufffd", False)
+    clean_cfg = CleanConfig(unicode_form="NFC", min_char_count=3, placeholder="\ufffd", detokenize_markup=False)
     raw = {"train": text, "val": text[: len(text) // 10], "test": text[-len(text) // 10:]}
     cleaned = {}
 
@@ -259,7 +259,8 @@ def training_memory(work: Path, corpus: Path, base: list[str], step_counts: list
     """Peak RSS of the real training loop for growing run lengths: bounded memory reads as a flat column."""
     rows = []
     for steps in step_counts:
-        params = compose_project(work, corpus, [*base, f"train.max_steps={steps}", f"train.eval_every={max(1, steps // 2)}",
+        params = compose_project(work, corpus, [*base, f"train.max_steps={steps}", f"train.warmup_steps={steps // 10}",
+                                                f"train.eval_every={max(1, steps // 2)}",
                                                 "train.sample_length=0"])
         rows.append({"steps": steps, **peak_rss(_train_steps, params, work)})
     return rows

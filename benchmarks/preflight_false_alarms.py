@@ -13,7 +13,6 @@ the last 3 above the first) would have said. Broken variants plant a bug in the 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import sys
@@ -25,14 +24,17 @@ from pathlib import Path
 from bench_common import ROOT, compose_project, prepare_project, synthetic_corpus
 
 sys.path.insert(0, str(ROOT / "tests"))
-from helpers.planted_bugs import lr_zero_after_warmup, zero_grad_between_backward_and_step  # noqa: E402
+from helpers.planted_bugs import (  # noqa: E402
+    lr_zero_after_warmup,
+    zero_grad_between_backward_and_step,
+)
 
 from minigpt import optim, train_step  # noqa: E402
 from minigpt.checks import Context, run_checks  # noqa: E402
-from minigpt.device import select_device  # noqa: E402
-from minigpt.diagnostics import CHECKS  # noqa: E402
 from minigpt.model import MiniGPTConfig  # noqa: E402
-from minigpt.rehearsal import running_median  # noqa: E402
+from minigpt.preflight.suite import CHECKS  # noqa: E402
+from minigpt.preflight.training_checks import running_median  # noqa: E402
+from minigpt.runtime import select_device  # noqa: E402
 from minigpt.tokenizer import CharTokenizer  # noqa: E402
 
 PRESETS = {"debug": ["experiment=debug"], "production": [], "budget-72s": ["experiment=budget-72s"],
@@ -77,8 +79,8 @@ def old_rule(losses: list[float]) -> bool:
 
 
 def rehearse_once(base: Context, params, seed: int, lr: float | None = None) -> dict:
-    train = params.train if lr is None else dataclasses.replace(params.train, lr=lr)
-    run_params = dataclasses.replace(params, train=train, preflight=dataclasses.replace(params.preflight, seed=seed))
+    train = params.train if lr is None else params.train.model_copy(update={"lr": lr})
+    run_params = params.model_copy(update={"train": train, "preflight": params.preflight.model_copy(update={"seed": seed})})
     ctx = Context(params=run_params, root=base.root, device=base.device, model_config=base.model_config,
                   tokenizer=base.tokenizer, meta=base.meta, splits=base.splits)
     started = time.perf_counter()

@@ -13,11 +13,11 @@ import statistics
 import time
 
 import torch
-
 from bench_common import model_preset
+
+from minigpt.eval_loop import calc_loss_batch
 from minigpt.model import MiniGPT
 from minigpt.optim import make_adamw
-from minigpt.train_step import calc_loss_batch
 
 
 def time_steps(model, optimizer, batch, precision: str, steps: int) -> float:

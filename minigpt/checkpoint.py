@@ -1,4 +1,10 @@
-"""Checkpoints: written atomically, loaded with weights_only=True, refused loudly when they do not fit."""
+"""Checkpoints: written atomically, loaded with weights_only=True, refused loudly when they do not fit.
+
+The keys are the guide's and PyTorch's: `model_state_dict`, `config` (MiniGPTConfig's fields, so
+`MiniGPTConfig(**ckpt["config"])` rebuilds the model), `optimizer_state_dict` and `step`, beside minigpt's own
+(`tokenizer_fingerprint`, the resume and code fingerprints, RNG states). Checkpoints written before this layout
+(`model_state` / `model_config` / `optimizer_state`, with the loss history inside) are converted on load.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import ValidationError
 
 from minigpt.errors import MinigptError
 from minigpt.io_utils import atomic_path
 from minigpt.model import MiniGPT, MiniGPTConfig
+
+# keys of the layout minigpt wrote before it used the conventional names (renamed on load)
+LEGACY_KEYS = {"model_state": "model_state_dict", "model_config": "config", "optimizer_state": "optimizer_state_dict"}
 
 
 class CheckpointError(MinigptError):
@@ -21,8 +31,8 @@ class CheckpointError(MinigptError):
 def save_checkpoint(path: str | Path, model: MiniGPT, tokenizer_fingerprint: str, **extra: Any) -> None:
     """Model state + its config + the tokenizer fingerprint (+ extra fields), via temp file, fsync, os.replace."""
     payload = {
-        "model_state": model.state_dict(),
-        "model_config": model.config.to_dict(),
+        "model_state_dict": model.state_dict(),
+        "config": model.config.model_dump(),
         "tokenizer_fingerprint": tokenizer_fingerprint,
         **extra,
     }
@@ -52,8 +62,18 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise CheckpointError(f"{path}: not a loadable checkpoint ({type(exc).__name__}: {first_line}); "
                               "the file is damaged or is not a checkpoint.") from None
+    payload = upgrade_legacy_layout(payload)
     validate_payload(payload, path)
     return payload
+
+
+def upgrade_legacy_layout(payload: Any) -> Any:
+    """A checkpoint in the old layout, with the conventional key names (and without its copy of the loss log)."""
+    if not isinstance(payload, dict) or not all(key in payload for key in ("model_state", "model_config")):
+        return payload
+    upgraded = {LEGACY_KEYS.get(key, key): value for key, value in payload.items() if key != "history"}
+    upgraded["upgraded_from_legacy_layout"] = True
+    return upgraded
 
 
 def validate_payload(payload: Any, path: Path) -> None:
@@ -63,17 +83,17 @@ def validate_payload(payload: Any, path: Path) -> None:
 
     if not isinstance(payload, dict):
         refuse(f"it holds a {type(payload).__name__}, not a dictionary of fields")
-    for key in ("model_state", "model_config", "tokenizer_fingerprint"):
+    for key in ("model_state_dict", "config", "tokenizer_fingerprint"):
         if key not in payload:
             refuse(f"it lacks '{key}'")
-    state = payload["model_state"]
+    state = payload["model_state_dict"]
     if not isinstance(state, dict):
-        refuse(f"'model_state' is a {type(state).__name__}, not a state dict")
+        refuse(f"'model_state_dict' is a {type(state).__name__}, not a state dict")
     odd = [k for k, v in state.items() if not (isinstance(k, str) and isinstance(v, torch.Tensor))]
     if odd:
-        refuse(f"'model_state' holds non-tensor entries: {', '.join(map(str, odd[:5]))}")
-    if not isinstance(payload["model_config"], dict):
-        refuse("'model_config' is not a dictionary")
+        refuse(f"'model_state_dict' holds non-tensor entries: {', '.join(map(str, odd[:5]))}")
+    if not isinstance(payload["config"], dict):
+        refuse("'config' is not a dictionary")
     if not isinstance(payload["tokenizer_fingerprint"], str):
         refuse("'tokenizer_fingerprint' is not a string")
 
@@ -81,14 +101,14 @@ def validate_payload(payload: Any, path: Path) -> None:
 def config_differences(expected: MiniGPTConfig, found: dict) -> list[str]:
     return [
         f"{name}: model {value} vs checkpoint {found.get(name)}"
-        for name, value in expected.to_dict().items()
+        for name, value in expected.model_dump().items()
         if found.get(name) != value
     ]
 
 
 def load_state_strict(model: MiniGPT, checkpoint: dict, source: str | os.PathLike = "checkpoint") -> None:
     """Load every tensor or fail with the missing/unexpected keys, size mismatches and differing config fields."""
-    state = checkpoint["model_state"]
+    state = checkpoint["model_state_dict"]
     own = model.state_dict()
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
@@ -99,7 +119,7 @@ def load_state_strict(model: MiniGPT, checkpoint: dict, source: str | os.PathLik
     ]
     if missing or unexpected or mismatched:
         lines = [f"{source}: checkpoint does not fit this model architecture."]
-        diffs = config_differences(model.config, checkpoint.get("model_config", {}))
+        diffs = config_differences(model.config, checkpoint.get("config", {}))
         if diffs:
             lines.append("differing config fields: " + "; ".join(diffs))
         if missing:
@@ -116,9 +136,12 @@ def load_state_strict(model: MiniGPT, checkpoint: dict, source: str | os.PathLik
 def model_from_checkpoint(checkpoint: dict, device: str | torch.device = "cpu", source: str = "checkpoint") -> MiniGPT:
     """A model built from the checkpoint's own config, strictly loaded."""
     try:
-        config = MiniGPTConfig.from_dict(checkpoint["model_config"])
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{source}: invalid model_config ({exc}).") from None
+        config = MiniGPTConfig(**checkpoint["config"])
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "config"
+        raise CheckpointError(f"{source}: invalid config: {where}: {first['msg']} (got {first['input']!r}); "
+                              "the checkpoint was not written for a minigpt model.") from None
     model = MiniGPT(config)
     load_state_strict(model, checkpoint, source)
     return model.to(device)

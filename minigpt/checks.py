@@ -94,7 +94,7 @@ class Check:
 
 
 def describe_exception(exc: BaseException) -> str:
-    """'TypeError: message (raised in minigpt/diagnostics.py:123, check_x)': where it was raised, innermost
+    """'TypeError: message (raised in minigpt/preflight/model_checks.py:123, check_x)': where it was raised, innermost
     frame first of the project's own code (model, checks, training step) rather than torch's internals."""
     frames = traceback.extract_tb(exc.__traceback__)
     own = [f for f in frames if "site-packages" not in f.filename and "/torch/" not in f.filename]

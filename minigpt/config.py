@@ -1,21 +1,27 @@
-"""Typed schema for params.yaml, validated before any stage does work.
+"""Typed schema for params.yaml (pydantic v2), validated before any stage does work.
 
 params.yaml is composed from conf/ by Hydra (via `dvc exp run` or `make params`); stages read it through
-`load_params`, which rejects unknown keys, wrong types and out-of-range values with one message that names
-the key, what was wrong and the allowed values.
+`load_params`, which turns pydantic's errors into one line that names the key, what was wrong and what is
+allowed — e.g. `params.yaml: 'train.lr' = -0.001 is invalid; it must be > 0`. Every section is strict (no
+string-to-number coercion; an integer is accepted where a number is expected), frozen, and forbids unknown keys.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import types
 import typing
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from minigpt.errors import ConfigError
 
@@ -24,106 +30,126 @@ DEFAULT_PARAMS = "params.yaml"
 MAX_NEW_TOKENS = 100_000
 
 
-def _rule(check, text: str) -> dict:
-    """Field metadata: a predicate on the value and the human text of what it must satisfy."""
-    return {"rule": (check, text)}
+def _must(text: str, **constraints) -> Any:
+    """A constrained field; `text` is what the value must be, as the error message says it."""
+    return Field(description=text, **constraints)
 
 
-def _positive(value) -> bool:
-    return value > 0
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
-def _at_least(bound):
-    return lambda value: value >= bound
-
-
-@dataclass(frozen=True)
-class DataConfig:
+class DataConfig(Section):
     source: Literal["wikitext2", "local"]
     path: Optional[str]
     mirrors: list[str]
-    timeout_s: float = field(metadata=_rule(_positive, "> 0"))
-    attempts: int = field(metadata=_rule(_at_least(1), ">= 1"))
-    retry_backoff_s: float = field(metadata=_rule(_at_least(0), ">= 0"))
+    timeout_s: float = _must("> 0", gt=0)
+    attempts: int = _must(">= 1", ge=1)
+    retry_backoff_s: float = _must(">= 0", ge=0)
+
+    @model_validator(mode="after")
+    def _local_needs_a_path(self):
+        if self.source == "local" and not self.path:
+            raise ValueError("'data.path' is required with data=local; pass the directory or zip, e.g. "
+                             "dvc exp run -S data=local -S data.path=/abs/path/to/wikitext.")
+        return self
 
 
-@dataclass(frozen=True)
-class CleanConfig:
+class CleanConfig(Section):
     unicode_form: Literal["NFC", "NFKC", "NFD", "NFKD", "none"]
-    min_char_count: int = field(metadata=_rule(_at_least(1), ">= 1"))
-    placeholder: str = field(metadata=_rule(lambda v: len(v) == 1 and v != "\n", "exactly one character, not a newline"))
+    min_char_count: int = _must(">= 1", ge=1)
+    placeholder: str = _must("exactly one character, not a newline")
     detokenize_markup: bool
 
-
-@dataclass(frozen=True)
-class ModelConfig:
-    block_size: int = field(metadata=_rule(_at_least(1), ">= 1"))
-    embedding_dim: int = field(metadata=_rule(_at_least(1), ">= 1"))
-    num_heads: int = field(metadata=_rule(_at_least(1), ">= 1"))
-    num_layers: int = field(metadata=_rule(_at_least(1), ">= 1"))
-    expansion_factor: int = field(metadata=_rule(_at_least(1), ">= 1"))
-    dropout: float = field(metadata=_rule(lambda v: 0.0 <= v < 1.0, "in [0, 1)"))
+    @field_validator("placeholder")
+    @classmethod
+    def _one_character(cls, value: str) -> str:
+        if len(value) != 1 or value == "\n":
+            raise ValueError("not one character")
+        return value
 
 
-@dataclass(frozen=True)
-class TrainConfig:
-    max_steps: int = field(metadata=_rule(_at_least(1), ">= 1"))
+class ModelConfig(Section):
+    block_size: int = _must(">= 1", ge=1)
+    embedding_dim: int = _must(">= 1", ge=1)
+    num_heads: int = _must(">= 1", ge=1)
+    num_layers: int = _must(">= 1", ge=1)
+    expansion_factor: int = _must(">= 1", ge=1)
+    dropout: float = _must("in [0, 1)", ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self):
+        if self.embedding_dim % self.num_heads:
+            divisors = [h for h in range(1, self.embedding_dim + 1) if self.embedding_dim % h == 0]
+            raise ValueError(
+                f"'model.embedding_dim' = {self.embedding_dim} is not divisible by 'model.num_heads' = "
+                f"{self.num_heads}; allowed num_heads for this width: {', '.join(map(str, divisors))}.")
+        return self
+
+
+class TrainConfig(Section):
+    max_steps: int = _must(">= 1", ge=1)
     # a wall-clock budget for the loop (steps, periodic evals, checkpoints); null: max_steps alone decides
-    max_seconds: Optional[float] = field(metadata=_rule(_positive, "> 0 (or null for no time limit)"))
-    batch_size: int = field(metadata=_rule(_at_least(1), ">= 1"))
-    lr: float = field(metadata=_rule(_positive, "> 0"))
-    min_lr: Optional[float] = field(metadata=_rule(_at_least(0), ">= 0 (or null for 10% of lr)"))
-    warmup_steps: int = field(metadata=_rule(_at_least(0), ">= 0"))
-    weight_decay: float = field(metadata=_rule(_at_least(0), ">= 0"))
-    betas: list[float] = field(metadata=_rule(lambda v: len(v) == 2 and all(0 <= b < 1 for b in v), "two values in [0, 1)"))
-    grad_clip: float = field(metadata=_rule(_positive, "> 0"))
-    eval_every: int = field(metadata=_rule(_at_least(1), ">= 1"))
-    eval_batches: int = field(metadata=_rule(_at_least(1), ">= 1"))
+    max_seconds: Optional[float] = _must("> 0 (or null for no time limit)", gt=0)
+    batch_size: int = _must(">= 1", ge=1)
+    lr: float = _must("> 0", gt=0)
+    min_lr: Optional[float] = _must(">= 0 (or null for 10% of lr)", ge=0)
+    warmup_steps: int = _must(">= 0", ge=0)
+    weight_decay: float = _must(">= 0", ge=0)
+    betas: list[Annotated[float, Field(ge=0, lt=1)]] = _must("two values in [0, 1)", min_length=2, max_length=2)
+    grad_clip: float = _must("> 0", gt=0)
+    eval_every: int = _must(">= 1", ge=1)
+    eval_batches: int = _must(">= 1", ge=1)
     seed: int
-    sample_prompt: str = field(metadata=_rule(lambda v: len(v) >= 1, "a non-empty string"))
-    sample_length: int = field(metadata=_rule(_at_least(0), ">= 0"))
+    sample_prompt: str = _must("a non-empty string", min_length=1)
+    sample_length: int = _must(">= 0", ge=0)
     device: Literal["auto", "cpu", "cuda", "mps"]
     precision: Literal["fp32", "bf16"]
     compile: bool
     resume_from: Optional[str]
 
+    @model_validator(mode="after")
+    def _schedule_fits(self):
+        if self.min_lr is not None and self.min_lr > self.lr:
+            raise ValueError(f"'train.min_lr' = {self.min_lr} is above 'train.lr' = {self.lr}; it must be <= lr.")
+        if self.warmup_steps >= self.max_steps:
+            raise ValueError(f"'train.warmup_steps' = {self.warmup_steps} is not below 'train.max_steps' = "
+                             f"{self.max_steps}; the run would never reach its peak LR. Lower warmup_steps or raise max_steps.")
+        return self
 
-@dataclass(frozen=True)
-class PreflightConfig:
+
+class PreflightConfig(Section):
     seed: int
-    batch_size: int = field(metadata=_rule(_at_least(1), ">= 1"))
-    initial_loss_tolerance: float = field(metadata=_rule(_positive, "> 0"))
-    rehearsal_warmup_max: int = field(metadata=_rule(_at_least(0), ">= 0"))
-    rehearsal_steps: int = field(metadata=_rule(_at_least(5), ">= 5 (one window of the running median)"))
-    probe_batches: int = field(metadata=_rule(_at_least(1), ">= 1"))
-    lr_rise_tolerance: float = field(metadata=_rule(_positive, "> 0"))
-    learn_margin: float = field(metadata=_rule(_at_least(0), ">= 0"))
-    overfit_steps: int = field(metadata=_rule(_at_least(1), ">= 1"))
-    overfit_lr: float = field(metadata=_rule(_positive, "> 0"))
-    overfit_batch_size: int = field(metadata=_rule(_at_least(1), ">= 1"))
-    overfit_threshold: float = field(metadata=_rule(_positive, "> 0"))
+    batch_size: int = _must(">= 1", ge=1)
+    initial_loss_tolerance: float = _must("> 0", gt=0)
+    rehearsal_warmup_max: int = _must(">= 0", ge=0)
+    rehearsal_steps: int = _must(">= 5 (one window of the running median)", ge=5)
+    probe_batches: int = _must(">= 1", ge=1)
+    lr_rise_tolerance: float = _must("> 0", gt=0)
+    learn_margin: float = _must(">= 0", ge=0)
+    overfit_steps: int = _must(">= 1", ge=1)
+    overfit_lr: float = _must("> 0", gt=0)
+    overfit_batch_size: int = _must(">= 1", ge=1)
+    overfit_threshold: float = _must("> 0", gt=0)
 
 
-@dataclass(frozen=True)
-class EvaluateConfig:
-    stride: Optional[int] = field(metadata=_rule(_at_least(1), ">= 1 and <= model.block_size (or null for block_size // 2)"))
-    batch_size: int = field(metadata=_rule(_at_least(1), ">= 1"))
+class EvaluateConfig(Section):
+    stride: Optional[int] = _must(">= 1 and <= model.block_size (or null for block_size // 2)", ge=1)
+    batch_size: int = _must(">= 1", ge=1)
     precision: Literal["fp32", "bf16"]
 
 
-@dataclass(frozen=True)
-class GenerateConfig:
-    prompts: list[str] = field(metadata=_rule(lambda v: len(v) >= 1 and all(len(p) >= 1 for p in v), "a non-empty list of non-empty prompts"))
-    max_new_tokens: int = field(metadata=_rule(lambda v: 1 <= v <= MAX_NEW_TOKENS, f"between 1 and {MAX_NEW_TOKENS}"))
-    temperature: float = field(metadata=_rule(_positive, "> 0"))
-    top_k: Optional[int] = field(metadata=_rule(_at_least(1), ">= 1 (or null for no limit)"))
-    top_p: float = field(metadata=_rule(lambda v: 0 < v <= 1, "in (0, 1]"))
-    repetition_penalty: float = field(metadata=_rule(_at_least(1), ">= 1 (1 disables it)"))
+class GenerateConfig(Section):
+    prompts: list[Annotated[str, Field(min_length=1)]] = _must("a non-empty list of non-empty prompts", min_length=1)
+    max_new_tokens: int = _must(f"between 1 and {MAX_NEW_TOKENS}", ge=1, le=MAX_NEW_TOKENS)
+    temperature: float = _must("> 0", gt=0)
+    top_k: Optional[int] = _must(">= 1 (or null for no limit)", ge=1)
+    top_p: float = _must("in (0, 1]", gt=0, le=1)
+    repetition_penalty: float = _must(">= 1 (1 disables it)", ge=1)
     seed: int
 
 
-@dataclass(frozen=True)
-class Params:
+class Params(Section):
     data: DataConfig
     model: ModelConfig
     train: TrainConfig
@@ -132,8 +158,21 @@ class Params:
     evaluate: EvaluateConfig
     generate: GenerateConfig
 
+    @model_validator(mode="after")
+    def _stride_fits_the_window(self):
+        stride = self.evaluate.stride
+        if stride is not None and stride > self.model.block_size:
+            raise ValueError(f"'evaluate.stride' = {stride} exceeds 'model.block_size' = {self.model.block_size}; "
+                             "it must be between 1 and block_size (or null for block_size // 2).")
+        return self
+
     def section_dict(self, name: str) -> dict[str, Any]:
-        return dataclasses.asdict(getattr(self, name))
+        return getattr(self, name).model_dump()
+
+
+# pydantic error types that mean "right type, value out of its rule" (the rest mean a wrong type)
+_RULE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "too_short", "too_long",
+                "string_too_short", "string_too_long", "value_error"}
 
 
 def _type_name(tp) -> str:
@@ -143,121 +182,83 @@ def _type_name(tp) -> str:
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
         return " or ".join(_type_name(a) for a in inner) + " or null"
+    if origin is Annotated:
+        return _type_name(typing.get_args(tp)[0])
     if origin is list:
-        return f"a list of {_type_name(typing.get_args(tp)[0])}"
+        return f"a list (each item {_type_name(typing.get_args(tp)[0])})"
+    if isinstance(tp, type) and issubclass(tp, Section):
+        return f"a mapping with keys {', '.join(tp.model_fields)}"
     return {int: "an integer", float: "a number", bool: "true/false", str: "a string"}.get(tp, str(tp))
 
 
-def _coerce(value, tp):
-    """Return `value` as type `tp`, or raise TypeError. ints are accepted where floats are expected."""
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        if value not in typing.get_args(tp):
-            raise TypeError
-        return value
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in typing.get_args(tp):
-            return None
-        inner = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _coerce(value, inner[0])
-    if origin is list:
-        if not isinstance(value, list):
-            raise TypeError
-        return [_coerce(item, typing.get_args(tp)[0]) for item in value]
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise TypeError
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise TypeError
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise TypeError
-        return value
-    raise TypeError
+def _field_at(loc: tuple) -> tuple[type[Section], str] | None:
+    """The section class and field name that an error location (section, field, [index…]) points at."""
+    if len(loc) < 2 or loc[0] not in Params.model_fields:
+        return None
+    section = Params.model_fields[loc[0]].annotation
+    return (section, loc[1]) if loc[1] in section.model_fields else None
 
 
-def _build_section(cls, raw, prefix: str, source: str):
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: '{prefix}' must be a mapping with keys {', '.join(fields)}; got {raw!r}.")
-    unknown = sorted(set(raw) - set(fields))
-    if unknown:
-        raise ConfigError(
-            f"{source}: unknown key '{prefix}.{unknown[0]}'. Allowed keys in '{prefix}': {', '.join(fields)}. "
-            "Fix the name in conf/ (or your -S override) and recompose params.yaml."
-        )
-    values = {}
-    for name, fld in fields.items():
-        key = f"{prefix}.{name}"
-        if name not in raw:
-            raise ConfigError(f"{source}: missing key '{key}' ({_type_name(hints[name])}). Add it to conf/ and recompose params.yaml.")
-        try:
-            value = _coerce(raw[name], hints[name])
-        except TypeError:
-            raise ConfigError(
-                f"{source}: '{key}' = {raw[name]!r} has the wrong type or value; expected {_type_name(hints[name])}."
-            ) from None
-        rule = fld.metadata.get("rule")
-        if rule is not None and value is not None and not rule[0](value):
-            raise ConfigError(f"{source}: '{key}' = {raw[name]!r} is invalid; it must be {rule[1]}.")
-        values[name] = value
-    return cls(**values)
+def _explain(error: dict, raw: dict, source: str, prefix: str | None = None) -> str:
+    """One line for pydantic's first error, naming the key as `section.key` and showing its whole value.
+    prefix: the section name when one section was validated on its own."""
+    loc, kind = tuple(error["loc"]), error["type"]
+    if prefix is not None:
+        loc = (prefix, *loc)
+    if kind == "value_error" and len(loc) <= 1:  # a cross-field rule: its message names the keys itself
+        return f"{source}: {error['ctx']['error']}"
+    key = ".".join(str(part) for part in loc[:2])
+    if kind == "extra_forbidden":
+        if len(loc) == 1:
+            return f"{source}: unknown section '{loc[0]}'. Allowed sections: {', '.join(Params.model_fields)}."
+        allowed = ", ".join(Params.model_fields[loc[0]].annotation.model_fields)
+        return (f"{source}: unknown key '{key}'. Allowed keys in '{loc[0]}': {allowed}. "
+                "Fix the name in conf/ (or your -S override) and recompose params.yaml.")
+    if kind == "missing":
+        if len(loc) == 1:
+            return f"{source}: missing section '{loc[0]}'. Recompose params.yaml from conf/ (make params)."
+        section, name = _field_at(loc)
+        return (f"{source}: missing key '{key}' ({_type_name(section.model_fields[name].annotation)}). "
+                "Add it to conf/ and recompose params.yaml.")
+    if len(loc) == 1:
+        return f"{source}: '{loc[0]}' must be {_type_name(Params.model_fields[loc[0]].annotation)}; got {error['input']!r}."
+    section, name = _field_at(loc)
+    info = section.model_fields[name]
+    shown = repr(raw[loc[0]][name])  # the whole value, also when one item of a list is wrong
+    if kind in _RULE_ERRORS and info.description:
+        return f"{source}: '{key}' = {shown} is invalid; it must be {info.description}."
+    return f"{source}: '{key}' = {shown} has the wrong type or value; expected {_type_name(info.annotation)}."
 
 
-def params_from_dict(raw: dict, source: str = DEFAULT_PARAMS) -> Params:
+def params_from_dict(raw: Any, source: str = DEFAULT_PARAMS) -> Params:
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping of sections, got {type(raw).__name__}.")
-    sections = {f.name: f.type for f in dataclasses.fields(Params)}
-    unknown = sorted(set(raw) - set(sections))
-    if unknown:
-        raise ConfigError(f"{source}: unknown section '{unknown[0]}'. Allowed sections: {', '.join(sections)}.")
-    hints = typing.get_type_hints(Params)
-    built = {}
-    for name in sections:
-        if name not in raw:
-            raise ConfigError(f"{source}: missing section '{name}'. Recompose params.yaml from conf/ (make params).")
-        built[name] = _build_section(hints[name], raw[name], name, source)
-    params = Params(**built)
-    _check_cross_field(params, source)
-    return params
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc.errors()[0], raw, source)) from None
 
 
-def _check_cross_field(params: Params, source: str) -> None:
-    model = params.model
-    if model.embedding_dim % model.num_heads:
-        divisors = [h for h in range(1, model.embedding_dim + 1) if model.embedding_dim % h == 0]
-        raise ConfigError(
-            f"{source}: 'model.embedding_dim' = {model.embedding_dim} is not divisible by 'model.num_heads' = "
-            f"{model.num_heads}; allowed num_heads for this width: {', '.join(map(str, divisors))}."
-        )
-    if params.data.source == "local" and not params.data.path:
-        raise ConfigError(
-            f"{source}: 'data.path' is required with data=local; pass the directory or zip, e.g. "
-            "dvc exp run -S data=local -S data.path=/abs/path/to/wikitext."
-        )
-    stride = params.evaluate.stride
-    if stride is not None and stride > model.block_size:
-        raise ConfigError(f"{source}: 'evaluate.stride' = {stride} exceeds 'model.block_size' = {model.block_size}; "
-                          "it must be between 1 and block_size (or null for block_size // 2).")
-    train = params.train
-    if train.min_lr is not None and train.min_lr > train.lr:
-        raise ConfigError(f"{source}: 'train.min_lr' = {train.min_lr} is above 'train.lr' = {train.lr}; it must be <= lr.")
+def _read_yaml(path: Path, fix: str) -> Any:
+    if not path.is_file():
+        raise ConfigError(f"{path}: not found. {fix}")
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc}). {fix}") from None
+
+
+def load_model_conf(path: str | Path) -> ModelConfig:
+    """One model preset of conf/model/ (e.g. the debug model preflight's overfit check trains)."""
+    path = Path(path)
+    raw = _read_yaml(path, "Restore it from git (git checkout -- conf/).")
+    try:
+        return ModelConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc.errors()[0], {"model": raw}, str(path), prefix="model")) from None
 
 
 def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: not found. Generate it from conf/ with `make params` (or run `dvc exp run`).")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc}). Regenerate it with `make params`.") from None
+    raw = _read_yaml(path, "Generate it from conf/ with `make params` (or run `dvc exp run`).")
     return params_from_dict(raw, str(path))

@@ -11,18 +11,17 @@ import math
 import sys
 from pathlib import Path
 
-
 from minigpt import batching
 from minigpt.checkpoint import load_checkpoint, model_from_checkpoint, require_tokenizer
-from minigpt.config import DEFAULT_PARAMS, load_params
-from minigpt.device import select_device
 from minigpt.checks import Check, CheckFailed, Context, format_table, run_checks
-from minigpt.diagnostics import CHECKS
+from minigpt.config import DEFAULT_PARAMS, load_params
 from minigpt.errors import MinigptError
+from minigpt.eval_loop import evaluate_model
 from minigpt.evaluation import TRAINED_MARGIN
 from minigpt.paths import TOKENIZER_FILE
+from minigpt.preflight.suite import CHECKS
+from minigpt.runtime import select_device
 from minigpt.tokenizer import CharTokenizer
-from minigpt.training import evaluate_model
 
 DOCTOR_BATCHES = 8
 # the preflight checks that make sense for trained weights (initial_loss and training from scratch do not)

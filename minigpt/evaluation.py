@@ -11,12 +11,11 @@ import torch
 import torch.nn.functional as F
 
 from minigpt.checkpoint import load_checkpoint, model_from_checkpoint, require_tokenizer
-from minigpt.device import select_device
 from minigpt.encoding import load_ids
 from minigpt.errors import MinigptError
 from minigpt.paths import BEST_CHECKPOINT, ENCODED_DIR, TOKENIZER_FILE
+from minigpt.runtime import autocast_for, select_device
 from minigpt.tokenizer import CharTokenizer
-from minigpt.device import autocast_for
 
 
 def window_plan(num_tokens: int, block_size: int, stride: int) -> list[tuple[int, int]]:

@@ -14,10 +14,10 @@ import torch
 from minigpt.checkpoint import load_checkpoint, model_from_checkpoint, require_tokenizer
 from minigpt.cleaning import normalise
 from minigpt.config import DEFAULT_PARAMS, MAX_NEW_TOKENS, CleanConfig, load_params
-from minigpt.device import select_device
 from minigpt.errors import ConfigError, MinigptError
 from minigpt.paths import BEST_CHECKPOINT as BEST
 from minigpt.paths import TOKENIZER_FILE
+from minigpt.runtime import select_device
 from minigpt.sampling import SamplingSettings
 from minigpt.textmetrics import repetition_metrics
 from minigpt.tokenizer import CharTokenizer

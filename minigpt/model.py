@@ -7,48 +7,30 @@ token + position embeddings -> num_layers x [LN -> causal self-attention -> +res
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from pydantic import Field
 
+from minigpt.config import ModelConfig
 from minigpt.sampling import SamplingSettings, next_token_logits
 
 INIT_STD = 0.02
 
 
-@dataclass(frozen=True)
-class MiniGPTConfig:
-    vocab_size: int
-    block_size: int
-    embedding_dim: int
-    num_heads: int
-    num_layers: int
-    expansion_factor: int = 4
-    dropout: float = 0.0
+class MiniGPTConfig(ModelConfig):
+    """params.yaml's `model` section (its fields and rules, declared once in config.py) + the vocabulary size.
 
-    def __post_init__(self):
-        for name in ("vocab_size", "block_size", "embedding_dim", "num_heads", "num_layers", "expansion_factor"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"MiniGPTConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.embedding_dim % self.num_heads:
-            raise ValueError(f"embedding_dim {self.embedding_dim} is not divisible by num_heads {self.num_heads}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+    A pydantic model: build it with keywords, e.g. MiniGPTConfig(**checkpoint["config"]).
+    """
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    vocab_size: int = Field(ge=1, description=">= 1")
 
     @classmethod
-    def from_dict(cls, values: dict) -> "MiniGPTConfig":
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in known})
-
-    @classmethod
-    def from_params(cls, model_params, vocab_size: int) -> "MiniGPTConfig":
+    def from_params(cls, model_params: ModelConfig, vocab_size: int) -> "MiniGPTConfig":
         """The model config from params.yaml's `model` section and the tokenizer's vocabulary size."""
-        return cls(vocab_size=vocab_size, **asdict(model_params))
+        return cls(vocab_size=vocab_size, **model_params.model_dump())
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> torch.Tensor:

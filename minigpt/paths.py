@@ -21,6 +21,8 @@ CURVES_PNG = REPORTS_DIR / "train_curves.png"
 EVAL_METRICS = REPORTS_DIR / "metrics.json"
 GENERATION_REPORT = REPORTS_DIR / "generation.json"
 SAMPLES_MD = REPORTS_DIR / "samples.md"
+# read from the code's checkout (code_binding.CODE_ROOT), not from the run's folder: the overfit check's model
+DEBUG_MODEL_CONF = Path("conf/model/debug.yaml")
 
 
 def clean_split_path(split: str, clean_dir: Path = CLEAN_DIR) -> Path:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -17,30 +15,6 @@ from minigpt.textstats import codepoints, from_codepoints
 FORMAT = "minigpt-char-tokenizer"
 VERSION = 1
 UNICODE_SIZE = 0x110000  # code points are < this: a table this long needs no bounds check
-BMP_SIZE = 0x10000
-SURROGATES = slice(0xD800, 0xE000)
-# below this many characters one thread does the lookup; above, the text is split across cores
-PARALLEL_MIN = 1 << 20
-CHUNK = 1 << 18  # index chunks that keep numpy's index conversion in cache (measured: 1 << 16 and 1 << 14 are slower)
-
-
-def _lookup(table: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """table[index] in cache-sized chunks, split over the cores (numpy releases the GIL in take)."""
-    out = np.empty(len(index), dtype=table.dtype)
-
-    def run(lo: int, hi: int) -> None:
-        for i in range(lo, hi, CHUNK):
-            j = min(i + CHUNK, hi)
-            np.take(table, index[i:j], out=out[i:j])
-
-    workers = min(os.cpu_count() or 1, 8) if len(index) >= PARALLEL_MIN else 1
-    bounds = np.linspace(0, len(index), workers + 1, dtype=np.int64).tolist()
-    if workers == 1:
-        run(0, len(index))
-    else:
-        with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(run, bounds[:-1], bounds[1:]))
-    return out
 
 
 def ids_dtype(vocab_size: int) -> np.dtype:
@@ -74,10 +48,6 @@ class CharTokenizer:
         self._unknown = len(self.chars)
         self._lut = np.full(UNICODE_SIZE, self._unknown, dtype=ids_dtype(len(self.chars) + 1))
         self._lut[self._points] = np.arange(len(self.chars))
-        # the Basic Multilingual Plane as a 64K table over UTF-16 code units: a surrogate code unit (half of a
-        # character beyond U+FFFF) is "unknown" there, which sends that text down the exact code-point path
-        self._bmp_lut = self._lut[:BMP_SIZE].copy()
-        self._bmp_lut[SURROGATES] = self._unknown
 
     @classmethod
     def from_text(cls, text: str, placeholder: str | None = None) -> "CharTokenizer":
@@ -97,10 +67,7 @@ class CharTokenizer:
     def encode(self, text: str) -> np.ndarray:
         """IDs for every character of `text` (one table lookup per character, vectorised, in the smallest
         unsigned dtype); an unknown character is an error naming it and its position."""
-        # fast path: UTF-16 code units (a near-copy of CPython's string storage) through the 64K table
-        ids = _lookup(self._bmp_lut, np.frombuffer(text.encode("utf-16-le", "surrogatepass"), dtype="<u2"))
-        if ids.size and int(ids.max()) == self._unknown:
-            ids = _lookup(self._lut, codepoints(text))  # characters beyond U+FFFF, or an unknown character
+        ids = np.take(self._lut, codepoints(text))
         if ids.size and int(ids.max()) == self._unknown:
             pos = int(np.argmax(ids == self._unknown))
             ch = text[pos]

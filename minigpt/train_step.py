@@ -1,5 +1,5 @@
-"""One training step and its set-up (optimizer, LR schedule, precision) and the loss on fixed batches, shared by
-the training loop and by preflight's rehearsal, so that preflight proves the very step that training runs.
+"""One training step and its set-up (optimizer, LR schedule, precision), shared by the training loop and by
+preflight's rehearsal, so that preflight proves the very step that training runs.
 
 Callers reach these through the module (`train_step.training_step(...)`), never a copied reference, so a
 change here (or a bug planted in a test) reaches both at once.
@@ -13,26 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from minigpt import device as runtime
-from minigpt import optim
-
-
-def calc_loss_batch(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, precision: str = "fp32") -> torch.Tensor:
-    with runtime.autocast_for(inputs.device, precision):
-        _, loss = model(inputs, targets)
-    return loss
-
-
-@torch.no_grad()
-def evaluate_model(model: nn.Module, batches, precision: str = "fp32") -> float:
-    """Mean loss over fixed batches in eval mode (no dropout), the model's train/eval mode restored after."""
-    was_training = model.training
-    model.eval()
-    try:
-        losses = [float(calc_loss_batch(model, x, y, precision)) for x, y in batches]
-    finally:
-        model.train(was_training)
-    return sum(losses) / len(losses)
+from minigpt import eval_loop, optim
 
 
 def make_optimizer(model: nn.Module, train_cfg, lr: float | None = None, weight_decay: float | None = None) -> torch.optim.AdamW:
@@ -66,7 +47,7 @@ def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: to
     """
     for group in optimizer.param_groups:
         group["lr"] = lr
-    loss = calc_loss_batch(model, inputs, targets, precision)
+    loss = eval_loop.calc_loss_batch(model, inputs, targets, precision)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     grad_norm = float(torch.nn.utils.clip_grad_norm_(list(model.parameters()) if clip_params is None else clip_params,

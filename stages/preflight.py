@@ -6,9 +6,9 @@ The previous report is removed first, so a crash or a bad params.yaml can never 
 from pathlib import Path
 
 from minigpt.checks import format_table
-from minigpt.diagnostics import discard_report, run_preflight
 from minigpt.gate import PreflightFailed
 from minigpt.paths import DEBUG_REPORT
+from minigpt.preflight.suite import discard_report, run_preflight
 from minigpt.stage import stage_main
 
 

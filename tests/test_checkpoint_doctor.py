@@ -6,9 +6,19 @@ import sys
 import pytest
 import torch
 
-from minigpt.checkpoint import CheckpointError, load_checkpoint, load_state_strict, save_checkpoint
+from minigpt.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    load_state_strict,
+    model_from_checkpoint,
+    save_checkpoint,
+)
 from minigpt.doctor import main as doctor_main
-from minigpt.model import MiniGPT
+from minigpt.model import MiniGPT, MiniGPTConfig
+from minigpt.optim import build_param_groups
+from minigpt.paths import TOKENIZER_FILE
+from minigpt.tokenizer import CharTokenizer
+from minigpt.training import train
 
 from helpers.pipeline_fixture import recompose
 from helpers.tiny_models import small_config, train_quickly
@@ -19,11 +29,53 @@ def test_checkpoint_round_trip_is_weights_only(tmp_path):
     path = tmp_path / "models" / "ckpt.pt"
     save_checkpoint(path, model, "f" * 64, step=3)
     loaded = load_checkpoint(path)
-    assert loaded["step"] == 3 and loaded["model_config"] == model.config.to_dict()
+    assert loaded["step"] == 3 and loaded["config"] == model.config.model_dump()
     other = MiniGPT(small_config())
     load_state_strict(other, loaded)
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), other.state_dict().values()))
     assert [p.name for p in path.parent.iterdir()] == ["ckpt.pt"], "no temp file left behind"
+
+
+def test_a_trained_checkpoint_loads_the_way_the_guides_script_reads_it(project):
+    """debug_mini_gpt.py: MiniGPTConfig(**ckpt["config"]), load_state_dict(ckpt["model_state_dict"]), and
+    PyTorch's tutorial: optimizer.load_state_dict(ckpt["optimizer_state_dict"]), ckpt["step"]."""
+    root, source = project
+    params = recompose(root, source, ["train.max_steps=10", "train.warmup_steps=2", "train.eval_every=10", "train.eval_batches=2",
+                                      "train.sample_length=0"])
+    train(params, root, require_gate=False, out=lambda _m: None)
+    ckpt = torch.load(root / "models/mini_gpt_latest.pt", map_location="cpu", weights_only=True)
+    model = MiniGPT(MiniGPTConfig(**ckpt["config"]))
+    model.load_state_dict(ckpt["model_state_dict"])
+    optimizer = torch.optim.AdamW(build_param_groups(model, params.train.weight_decay), lr=params.train.lr)
+    optimizer.load_state_dict(ckpt["optimizer_state_dict"])
+    assert ckpt["step"] == 10 and model.config.vocab_size == CharTokenizer.load(root / TOKENIZER_FILE).vocab_size
+    assert "history" not in ckpt, "the loss history lives in reports/train_log.jsonl, not in every checkpoint"
+
+
+def test_a_checkpoint_in_the_old_layout_is_converted_on_load(tmp_path):
+    model = MiniGPT(small_config())
+    path = tmp_path / "old.pt"
+    legacy = {"model_state": model.state_dict(), "model_config": model.config.model_dump(), "tokenizer_fingerprint": "f",
+              "optimizer_state": {"state": {}, "param_groups": []}, "step": 7, "history": [{"step": 1}]}
+    torch.save(legacy, path)
+    loaded = load_checkpoint(path)
+    assert {"model_state_dict", "config", "optimizer_state_dict"} <= set(loaded) and "history" not in loaded
+    assert not {"model_state", "model_config", "optimizer_state"} & set(loaded) and loaded["upgraded_from_legacy_layout"]
+    rebuilt = model_from_checkpoint(loaded)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), rebuilt.state_dict().values()))
+
+
+def test_a_checkpoint_config_that_is_not_a_model_is_named(tmp_path):
+    model = MiniGPT(small_config())
+    path = tmp_path / "odd.pt"
+    save_checkpoint(path, model, "f")
+    payload = load_checkpoint(path)
+    payload["config"]["num_heads"] = 5
+    with pytest.raises(CheckpointError, match="invalid config: .*'model.embedding_dim' = 32 is not divisible"):
+        model_from_checkpoint(payload, source=str(path))
+    payload["config"]["num_heads"] = "four"
+    with pytest.raises(CheckpointError, match="invalid config: num_heads: Input should be a valid integer"):
+        model_from_checkpoint(payload, source=str(path))
 
 
 class Payload:
@@ -32,7 +84,7 @@ class Payload:
 
 def test_pickled_objects_are_refused_in_one_line_that_never_suggests_unsafe_loading(tmp_path):
     path = tmp_path / "evil.pt"
-    torch.save({"model_state": {}, "model_config": {}, "tokenizer_fingerprint": "", "obj": Payload()}, path)
+    torch.save({"model_state_dict": {}, "config": {}, "tokenizer_fingerprint": "", "obj": Payload()}, path)
     with pytest.raises(CheckpointError, match="not a minigpt checkpoint: it holds pickled Python objects") as err:
         load_checkpoint(path)
     assert "weights_only" not in str(err.value) and len(str(err.value).splitlines()) == 1
@@ -40,9 +92,9 @@ def test_pickled_objects_are_refused_in_one_line_that_never_suggests_unsafe_load
 
 @pytest.mark.parametrize("payload,message", [
     (torch.zeros(3), "it holds a Tensor, not a dictionary of fields"),
-    ({"model_state": {"w": 1.0}, "model_config": {}, "tokenizer_fingerprint": "f"}, "'model_state' holds non-tensor entries: w"),
-    ({"model_state": [torch.zeros(1)], "model_config": {}, "tokenizer_fingerprint": "f"}, "'model_state' is a list"),
-    ({"model_state": {}, "tokenizer_fingerprint": "f"}, "it lacks 'model_config'"),
+    ({"model_state_dict": {"w": 1.0}, "config": {}, "tokenizer_fingerprint": "f"}, "'model_state_dict' holds non-tensor entries: w"),
+    ({"model_state_dict": [torch.zeros(1)], "config": {}, "tokenizer_fingerprint": "f"}, "'model_state_dict' is a list"),
+    ({"model_state_dict": {}, "tokenizer_fingerprint": "f"}, "it lacks 'config'"),
     (b"garbage", "not a loadable checkpoint (the file is damaged or is not a checkpoint)"),
 ])
 def test_files_that_are_not_minigpt_checkpoints_are_named_clearly(tmp_path, payload, message):

@@ -75,9 +75,9 @@ def test_encode_names_the_first_unknown_character():
         tok.encode("abc Zq")
 
 
-def test_encode_matches_a_per_character_lookup_on_every_path():
-    """The UTF-16 fast path, the exact code-point path (characters beyond U+FFFF) and the multi-core split."""
-    text = "Zürich 東京 \U0001D518 naïve\n" * 50_000  # 1.2M characters: above the parallel threshold
+def test_encode_matches_a_per_character_lookup():
+    """Every character through the code-point table, characters beyond U+FFFF included."""
+    text = "Zürich 東京 \U0001D518 naïve\n" * 50_000
     tok = CharTokenizer.from_text(text)
     stoi = {ch: i for i, ch in enumerate(tok.chars)}
     for sample in (text[:20], text):
@@ -86,7 +86,7 @@ def test_encode_matches_a_per_character_lookup_on_every_path():
         assert tok.decode(ids) == sample
     bmp_only = CharTokenizer.from_text("ab\uffff")
     with pytest.raises(DataError, match=r"character '\U0001d518' \(U\+1D518\) at position 2"):
-        bmp_only.encode("ab\U0001D518")  # its UTF-16 surrogates must not pass for known characters
+        bmp_only.encode("ab\U0001D518")  # a character beyond U+FFFF is one character, never two halves
 
 
 def test_tokenizer_file_round_trip_and_hand_edit_refused(tmp_path):

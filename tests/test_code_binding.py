@@ -13,9 +13,9 @@ import yaml
 from minigpt import code_binding
 from minigpt.checkpoint import CheckpointError
 from minigpt.code_binding import import_closure, run_code_files
-from minigpt.diagnostics import run_preflight
 from minigpt.gate import GateError, verify_gate
 from minigpt.model import MiniGPT
+from minigpt.preflight.suite import run_preflight
 from minigpt.training import train
 
 from helpers import REPO_ROOT
@@ -29,7 +29,7 @@ def dvc_stages():
 
 
 def code_deps(stage: dict) -> set[str]:
-    return {d for d in stage["deps"] if d.startswith(("stages/", "minigpt/"))}
+    return {d for d in stage["deps"] if d.startswith(("stages/", "minigpt/", "conf/"))}
 
 
 @pytest.mark.parametrize("name", list(dvc_stages()))
@@ -46,7 +46,7 @@ def test_preflight_binds_the_train_scripts_code_too():
     """DVC reruns train when its code changes; preflight must rerun too, or the gate (rightly) refuses."""
     assert set(import_closure("stages/train.py")) <= set(run_code_files())
     assert "minigpt/train_step.py" in import_closure("stages/train.py")
-    assert {"minigpt/train_step.py", "minigpt/rehearsal.py"} <= set(import_closure("stages/preflight.py"))
+    assert {"minigpt/train_step.py", "minigpt/preflight/training_checks.py"} <= set(import_closure("stages/preflight.py"))
 
 
 @pytest.mark.parametrize("name", list(dvc_stages()))
@@ -66,7 +66,7 @@ def test_the_static_closure_holds_every_module_python_really_imports(name):
 def code_copy(tmp_path, monkeypatch):
     """The run's code copied to its own checkout, which the code fingerprint then reads."""
     root = tmp_path / "code"
-    for folder in ("stages", "minigpt"):
+    for folder in ("stages", "minigpt", "conf"):
         shutil.copytree(REPO_ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(code_binding, "CODE_ROOT", root)
     return root
@@ -88,6 +88,19 @@ def test_the_gate_refuses_a_report_written_by_other_code_and_names_the_files(pro
         verify_gate(params, root)
     with pytest.raises(GateError, match="dvc repro preflight"):
         train(params, root, out=lambda _m: None)
+
+
+def test_the_overfit_checks_debug_model_comes_from_conf_and_is_bound_like_code(project, code_copy):
+    root, source = project
+    params = recompose(root, source, FAST)
+    debug_yaml = code_copy / "conf/model/debug.yaml"
+    debug_yaml.write_text(debug_yaml.read_text().replace("embedding_dim: 64", "embedding_dim: 32"))
+    report = run_preflight(params, root)
+    overfit = next(c for c in report["checks"] if c["name"] == "single_batch_overfit")
+    assert overfit["measured"]["model"]["embedding_dim"] == 32, "the check trains the model conf/model/debug.yaml names"
+    edit(debug_yaml)
+    with pytest.raises(GateError, match=r"mismatched fingerprint: code \(conf/model/debug.yaml\)"):
+        verify_gate(params, root)
 
 
 def test_a_report_that_is_not_an_object_is_refused_clearly(project):

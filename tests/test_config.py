@@ -65,6 +65,15 @@ def test_committed_params_validate():
         ("train", "max_seconds", 0, "'train.max_seconds' = 0 is invalid; it must be > 0 (or null for no time limit)"),
         ("clean", "unicode_form", "NFX", "one of 'NFC', 'NFKC', 'NFD', 'NFKD', 'none'"),
         ("clean", "placeholder", "??", "exactly one character"),
+        ("train", "seed", True, "'train.seed' = True has the wrong type or value; expected an integer"),
+        ("train", "lr", float("nan"), "'train.lr' = nan has the wrong type or value; expected a number"),
+        ("train", "betas", [0.9, 1.5], "'train.betas' = [0.9, 1.5] is invalid; it must be two values in [0, 1)"),
+        ("train", "betas", [0.9], "'train.betas' = [0.9] is invalid"),
+        ("train", "warmup_steps", 5000, "'train.warmup_steps' = 5000 is not below 'train.max_steps' = 5000"),
+        ("train", "min_lr", 0.5, "'train.min_lr' = 0.5 is above 'train.lr' = 0.001"),
+        ("evaluate", "stride", 500, "'evaluate.stride' = 500 exceeds 'model.block_size' = 128"),
+        ("generate", "prompts", ["The", ""], "'generate.prompts' = ['The', ''] is invalid; it must be a non-empty list"),
+        ("generate", "max_new_tokens", 10**6, "it must be between 1 and 100000"),
     ],
 )
 def test_invalid_values_are_named_with_the_rule(section, key, value, expected):

@@ -16,14 +16,18 @@ from minigpt.errors import ConfigError
 from minigpt.evaluation import score_split, window_plan
 from minigpt.generation import main as generate_main
 from minigpt.generation import prepare_prompt, sample_chunks, sample_text
-from minigpt.model import MiniGPT, MiniGPTConfig
+from minigpt.model import MiniGPT
 from minigpt.sampling import SamplingSettings, next_token_logits
-from minigpt.textmetrics import longest_char_run, longest_repeated_substring, repeated_ngram_share
+from minigpt.textmetrics import (
+    longest_char_run,
+    longest_repeated_substring,
+    repeated_ngram_share,
+)
 from minigpt.tokenizer import CharTokenizer
 
 from helpers import REPO_ROOT
 from helpers.pipeline_fixture import recompose
-from helpers.tiny_models import train_quickly
+from helpers.tiny_models import small_config, train_quickly
 
 
 @pytest.mark.parametrize("n,block,stride", [(2, 8, 4), (9, 8, 8), (100, 8, 4), (101, 8, 3), (57, 16, 1), (20, 16, 16)])
@@ -40,7 +44,7 @@ def test_window_plan_scores_every_target_once_with_enough_context(n, block, stri
 
 def test_score_split_matches_a_token_by_token_computation():
     torch.manual_seed(0)
-    model = MiniGPT(MiniGPTConfig(20, 8, 16, 2, 1))
+    model = MiniGPT(small_config(20, block_size=8, embedding_dim=16, num_heads=2, num_layers=1))
     ids = np.random.default_rng(0).integers(0, 20, size=61)
     result = score_split(model, ids, stride=3, batch_size=4, device=torch.device("cpu"))
     # brute force: each target t with the context the plan gives it
@@ -61,7 +65,7 @@ def test_score_split_matches_a_token_by_token_computation():
 def test_bf16_scoring_stays_close_to_fp32():
     """evaluate.precision defaults to bf16: same windows, losses summed in fp32, only the matmuls in bf16."""
     torch.manual_seed(0)
-    model = MiniGPT(MiniGPTConfig(40, 16, 64, 4, 2))
+    model = MiniGPT(small_config(40, embedding_dim=64))
     ids = np.random.default_rng(1).integers(0, 40, size=2_000)
     fp32 = score_split(model, ids, 8, 16, torch.device("cpu"), "fp32")
     bf16 = score_split(model, ids, 8, 16, torch.device("cpu"), "bf16")
@@ -104,7 +108,7 @@ def test_repetition_metrics():
 
 def test_prompt_characters_outside_the_vocabulary_are_refused():
     tok = CharTokenizer.from_text("The cat\n", placeholder="\ufffd")
-    clean = CleanConfig("NFC", 1, "\ufffd", False)
+    clean = CleanConfig(unicode_form="NFC", min_char_count=1, placeholder="\ufffd", detokenize_markup=False)
     assert prepare_prompt("The", 0, tok, clean) == "The"
     with pytest.raises(ConfigError, match=r"'generate.prompts\[2\]' = 'Thé' has characters outside the vocabulary: 'é' \(U\+00E9\)"):
         prepare_prompt("Thé", 2, tok, clean)

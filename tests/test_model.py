@@ -39,7 +39,8 @@ def test_sequence_longer_than_block_is_rejected():
 
 
 def test_config_from_params_takes_vocab_from_tokenizer():
-    cfg = MiniGPTConfig.from_params(ModelConfig(32, 64, 4, 2, 4, 0.0), vocab_size=99)
+    cfg = MiniGPTConfig.from_params(ModelConfig(block_size=32, embedding_dim=64, num_heads=4, num_layers=2,
+                                                  expansion_factor=4, dropout=0.0), vocab_size=99)
     assert cfg.vocab_size == 99 and cfg.block_size == 32
     with pytest.raises(ValueError, match="not divisible"):
         config(embedding_dim=30)

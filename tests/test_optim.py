@@ -2,12 +2,14 @@ import math
 
 import pytest
 
-from minigpt.model import MiniGPT, MiniGPTConfig
+from minigpt.model import MiniGPT
 from minigpt.optim import build_param_groups, cosine_with_warmup, make_adamw
+
+from helpers.tiny_models import small_config
 
 
 def test_decay_split_puts_every_parameter_in_exactly_one_group():
-    model = MiniGPT(MiniGPTConfig(40, 16, 32, 4, 2, 4, 0.0))
+    model = MiniGPT(small_config(40))
     decay, no_decay = build_param_groups(model, 0.1)
     names = {id(p): n for n, p in model.named_parameters()}
     decayed = {names[id(p)] for p in decay["params"]}
@@ -20,7 +22,7 @@ def test_decay_split_puts_every_parameter_in_exactly_one_group():
 
 
 def test_frozen_parameters_are_left_out_and_all_frozen_is_an_error():
-    model = MiniGPT(MiniGPTConfig(40, 16, 32, 4, 1, 4, 0.0))
+    model = MiniGPT(small_config(40, num_layers=1))
     model.tok_emb.weight.requires_grad_(False)
     groups = build_param_groups(model, 0.1)
     assert all(p is not model.tok_emb.weight for g in groups for p in g["params"])

@@ -11,22 +11,26 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minigpt import batching, diagnostics, gate, optim, train_step
-from minigpt import device as device_module
+from minigpt import batching, gate, optim, train_step
 from minigpt import model as model_module
+from minigpt import runtime as device_module
 from minigpt.checks import format_table
 from minigpt.config import load_params
-from minigpt.diagnostics import CHECKS, run_preflight
-from minigpt.gate import GateError, verify_gate
 from minigpt.encoding import encode_splits
+from minigpt.gate import GateError, verify_gate
 from minigpt.io_utils import sha256_file
 from minigpt.model import MiniGPT
+from minigpt.preflight import suite
+from minigpt.preflight.suite import CHECKS, run_preflight
 from minigpt.tokenizer import CharTokenizer
 from minigpt.training import train
 
 from helpers import REPO_ROOT
 from helpers.pipeline_fixture import recompose
-from helpers.planted_bugs import lr_zero_after_warmup, zero_grad_between_backward_and_step
+from helpers.planted_bugs import (
+    lr_zero_after_warmup,
+    zero_grad_between_backward_and_step,
+)
 
 
 def statuses(report):
@@ -440,7 +444,7 @@ def test_a_crash_outside_the_checks_leaves_no_report_behind(project, monkeypatch
     def interrupted(*_args, **_kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(diagnostics, "run_checks", interrupted)
+    monkeypatch.setattr(suite, "run_checks", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run_preflight(params, root)
     assert not (root / "reports/debug_report.json").exists()

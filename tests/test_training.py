@@ -10,11 +10,12 @@ import time
 import pytest
 import torch
 
+from minigpt import eval_loop
 from minigpt.checkpoint import CheckpointError, load_checkpoint
-from minigpt.diagnostics import run_preflight
 from minigpt.errors import MinigptError
 from minigpt.model import MiniGPT
-from minigpt import training as training_module
+from minigpt.preflight.suite import run_preflight
+from minigpt.run_control import TrainingStopped
 from minigpt.training import TrainingDiverged, train
 
 from helpers import REPO_ROOT
@@ -67,8 +68,8 @@ def test_a_gated_run_logs_every_step_and_writes_its_outputs(project):
     assert metrics["steps"] == 40 and 0 <= metrics["clipped_fraction"] <= 1
     assert metrics["best_val_loss"] == pytest.approx(min(r["val_loss"] for r in evals), abs=1e-6)
     ckpt = load_checkpoint(root / "models/mini_gpt_latest.pt")
-    for key in ["model_state", "optimizer_state", "step", "best_val_loss", "rng", "batch_rng", "model_config",
-                "tokenizer_fingerprint", "history"]:
+    for key in ["model_state_dict", "optimizer_state_dict", "step", "best_val_loss", "rng", "batch_rng", "config",
+                "tokenizer_fingerprint", "log_steps", "log_sha256"]:
         assert key in ckpt, key
     assert {"torch", "numpy", "python"} <= set(ckpt["rng"]) and ckpt["step"] == 40
 
@@ -77,13 +78,13 @@ def test_every_evaluation_of_a_run_scores_the_same_validation_batches(project, m
     root, source = project
     params = recompose(root, source, FAST)
     seen = []
-    real = training_module.evaluate_model
+    real = eval_loop.evaluate_model
 
     def recording(model, val_batches, precision="fp32"):
         seen.append([(x.clone(), y.clone()) for x, y in val_batches])
         return real(model, val_batches, precision)
 
-    monkeypatch.setattr(training_module, "evaluate_model", recording)
+    monkeypatch.setattr(eval_loop, "evaluate_model", recording)
     train(params, root, require_gate=False, out=lambda _m: None)
     assert len(seen) == 4 and len(seen[0]) == params.train.eval_batches
     assert all(torch.equal(x, x0) and torch.equal(y, y0) for probe in seen[1:] for (x, y), (x0, y0) in zip(probe, seen[0]))
@@ -129,8 +130,8 @@ def test_killed_run_resumes_and_reproduces_the_uninterrupted_weights(project, tm
     uninterrupted = stage(twin)
     assert uninterrupted.returncode == 0, uninterrupted.stderr
 
-    a = load_checkpoint(root / "models/mini_gpt_latest.pt")["model_state"]
-    b = load_checkpoint(twin / "models/mini_gpt_latest.pt")["model_state"]
+    a = load_checkpoint(root / "models/mini_gpt_latest.pt")["model_state_dict"]
+    b = load_checkpoint(twin / "models/mini_gpt_latest.pt")["model_state_dict"]
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
     steps = [r["step"] for r in read_log(root)]
     assert steps == list(range(1, 401)), "the resumed log must read as one run"
@@ -197,7 +198,7 @@ def test_unwritable_models_folder_is_a_clear_error(project):
 @pytest.mark.slow
 def test_two_process_ddp_run(project):
     root, source = project
-    params = recompose(root, source, ["train.max_steps=20", "train.eval_every=10", "train.eval_batches=2",
+    params = recompose(root, source, ["train.max_steps=20", "train.warmup_steps=5", "train.eval_every=10", "train.eval_batches=2",
                                       "train.sample_length=0"])
     run_preflight(params, root)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -278,7 +279,7 @@ def test_ctrl_c_or_sigterm_stops_after_the_step_with_a_checkpoint_and_resumes_bi
     assert stage(twin).returncode == 0
     assert [r["step"] for r in read_log(root)] == list(range(1, 151))
     assert [r["train_loss"] for r in read_log(root)] == [r["train_loss"] for r in read_log(twin)]
-    resumed, straight = (load_checkpoint(p / "models/mini_gpt_latest.pt")["model_state"] for p in (root, twin))
+    resumed, straight = (load_checkpoint(p / "models/mini_gpt_latest.pt")["model_state_dict"] for p in (root, twin))
     assert all(torch.equal(resumed[k], straight[k]) for k in straight)
 
 
@@ -370,3 +371,45 @@ def test_a_trainer_whose_parent_dies_stops_cleanly_instead_of_running_on_as_an_o
     message = err.read_text()
     assert f"(parent process {parent.pid} exited); models/mini_gpt_latest.pt holds that step" in message
     assert load_checkpoint(root / "models/mini_gpt_latest.pt")["step"] == len(read_log(root))
+
+
+# ------------------------------------------------------------------------------ the log is the run's history
+
+def _stop_at_the_eval_of(step):
+    """An `out` callback that sends this process SIGINT when the run reports the val loss of `step`."""
+    def out(message):
+        if message.startswith(f"[train] step {step}: val loss"):
+            os.kill(os.getpid(), signal.SIGINT)
+    return out
+
+
+def test_checkpoints_hold_no_history_and_a_resumed_run_keeps_the_logged_steps(project):
+    root, source = project
+    params = recompose(root, source, FAST)
+    with pytest.raises(TrainingStopped):
+        train(params, root, require_gate=False, out=_stop_at_the_eval_of(20))
+    ckpt = load_checkpoint(root / "models/mini_gpt_latest.pt")
+    assert "history" not in ckpt and ckpt["step"] == 20 and ckpt["log_steps"] == 20
+    logged = read_log(root)
+    assert [r["step"] for r in logged] == list(range(1, 21))
+
+    messages = []
+    train(params, root, require_gate=False, out=messages.append)
+    assert any("resuming from" in m for m in messages)
+    resumed = read_log(root)
+    assert [r["step"] for r in resumed] == list(range(1, 41)) and resumed[:20] == logged
+
+
+def test_a_log_that_does_not_match_the_checkpoint_is_restarted_and_said(project):
+    root, source = project
+    params = recompose(root, source, FAST)
+    with pytest.raises(TrainingStopped):
+        train(params, root, require_gate=False, out=_stop_at_the_eval_of(20))
+    log = root / "reports/train_log.jsonl"
+    records = read_log(root)
+    records[3]["train_loss"] += 1.0  # as many steps, other content: e.g. another run's log
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    messages = []
+    train(params, root, require_gate=False, out=messages.append)
+    assert any("reports/train_log.jsonl does not hold the steps of" in m and "start at step 21" in m for m in messages)
+    assert [r["step"] for r in read_log(root)] == list(range(21, 41))

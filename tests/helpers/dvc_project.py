@@ -12,6 +12,7 @@ from pathlib import Path
 from minigpt.compose import compose_params
 
 from helpers import REPO_ROOT
+
 COPIED = ["dvc.yaml", "conf", "stages", "minigpt", ".dvc/config", ".dvcignore", ".gitignore"]
 
 

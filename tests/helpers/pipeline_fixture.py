@@ -11,6 +11,7 @@ from minigpt.compose import compose_params
 from minigpt.config import load_params
 
 from helpers import REPO_ROOT
+
 DATA_STAGES = ("fetch", "clean", "tokenizer", "encode")
 
 

@@ -3,7 +3,7 @@ each is a plausible mistake in the real step or schedule that preflight must ref
 
 import torch
 
-from minigpt import optim, train_step
+from minigpt import eval_loop, optim, train_step
 
 REAL_COSINE = optim.cosine_with_warmup
 
@@ -12,7 +12,7 @@ def zero_grad_between_backward_and_step(model, optimizer, inputs, targets, lr, p
     """The real step with zero_grad moved after backward: the optimizer steps on no gradient (updates never land)."""
     for group in optimizer.param_groups:
         group["lr"] = lr
-    loss = train_step.calc_loss_batch(model, inputs, targets, precision)
+    loss = eval_loop.calc_loss_batch(model, inputs, targets, precision)
     loss.backward()
     optimizer.zero_grad(set_to_none=True)
     norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip))

@@ -17,13 +17,13 @@ import statistics
 import numpy as np
 import torch
 
-from minigpt import batching, train_step
-from minigpt.checks import CheckFailed, Context
+from minigpt import batching, code_binding, eval_loop, train_step
+from minigpt.checks import Check, CheckFailed, Context
+from minigpt.config import ModelConfig, load_model_conf
 from minigpt.model import MiniGPTConfig
 from minigpt.nonfinite import NonFiniteTracker
+from minigpt.paths import DEBUG_MODEL_CONF
 
-# The guide's debug model, used by single_batch_overfit whatever model is configured for training.
-DEBUG_MODEL = dict(block_size=32, embedding_dim=64, num_heads=4, num_layers=2, expansion_factor=4, dropout=0.0)
 # a rise must last this many steps (the running median's window is 2 * SUSTAIN - 1) to count as divergence:
 # one odd batch (a table of numbers, a run of rare characters) lifts a single step's loss by nats
 SUSTAIN = 3
@@ -72,7 +72,7 @@ def rehearse(ctx: Context) -> dict:
     log_p = unigram_log_probs(ctx.splits["train"], ctx.model_config.vocab_size)
     record = {"warmup_steps": warmup, "steps_at_peak": pre.rehearsal_steps, "batch_size": pre.batch_size,
               "precision": train.precision, "probe_batches": pre.probe_batches,
-              "probe_loss_before": train_step.evaluate_model(model, probes, train.precision),
+              "probe_loss_before": eval_loop.evaluate_model(model, probes, train.precision),
               "probe_unigram_loss": unigram_loss(probes, log_p), "unigram_entropy": unigram_entropy(log_p),
               "losses": [], "lrs": [],
               "failure": None}
@@ -92,7 +92,7 @@ def rehearse(ctx: Context) -> dict:
                 break
             record["losses"].append(result.loss)
     if record["failure"] is None:
-        record["probe_loss_after"] = train_step.evaluate_model(model, probes, train.precision)
+        record["probe_loss_after"] = eval_loop.evaluate_model(model, probes, train.precision)
     ctx.rehearsal = record
     return record
 
@@ -158,9 +158,14 @@ def check_rehearsal_learns(ctx: Context) -> dict:
     return measured
 
 
+def debug_model() -> ModelConfig:
+    """The guide's debug model (conf/model/debug.yaml), trained by single_batch_overfit whatever the run's model."""
+    return load_model_conf(code_binding.CODE_ROOT / DEBUG_MODEL_CONF)
+
+
 def overfit_run(ctx: Context, dropout: float) -> dict:
     train, pre = ctx.params.train, ctx.params.preflight
-    config = MiniGPTConfig(vocab_size=ctx.model_config.vocab_size, **{**DEBUG_MODEL, "dropout": dropout})
+    config = MiniGPTConfig.from_params(debug_model().model_copy(update={"dropout": dropout}), ctx.model_config.vocab_size)
     ctx.seed_all(6)
     model = ctx.model_factory(config).to(ctx.device)
     model.train()
@@ -176,7 +181,7 @@ def overfit_run(ctx: Context, dropout: float) -> dict:
             failure = f"loss {result.loss} / gradient norm {result.grad_norm} at overfit step {step}"
             break
         losses.append(result.loss)
-    final = train_step.evaluate_model(model, [(inputs, targets)], train.precision)
+    final = eval_loop.evaluate_model(model, [(inputs, targets)], train.precision)
     reached = next((i for i, v in enumerate(losses) if v < pre.overfit_threshold), None)
     return {"dropout": dropout, "final_loss": final, "steps_to_threshold": reached,
             "loss_at": {str(i): round(losses[i], 4) for i in range(0, len(losses), max(1, len(losses) // 5))},
@@ -188,7 +193,8 @@ def check_single_batch_overfit(ctx: Context) -> dict:
     main = overfit_run(ctx, 0.0)
     with_dropout = overfit_run(ctx, 0.2)
     ctx.summary["single_batch_final_loss"] = main["final_loss"]
-    measured = {"batch": [pre.overfit_batch_size, DEBUG_MODEL["block_size"]], "steps": pre.overfit_steps,
+    measured = {"model": debug_model().model_dump(), "batch": [pre.overfit_batch_size, debug_model().block_size],
+                "steps": pre.overfit_steps,
                 "lr": pre.overfit_lr, "precision": ctx.params.train.precision, "dropout_0.0": main,
                 "dropout_0.2": with_dropout}
     if main["failure"]:
@@ -200,3 +206,27 @@ def check_single_batch_overfit(ctx: Context) -> dict:
             measured,
         )
     return measured
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("lr_stability", check_lr_stability, ("forward_shapes", "optimizer_update"),
+          lambda c: (f"the run's step, schedule and precision: {rehearsal_warmup(c)} warmup steps, then "
+                     f"{c.params.preflight.rehearsal_steps} steps near the peak lr {c.params.train.lr:g} "
+                     f"(batch {c.params.preflight.batch_size}): finite; LRs in (0, peak], the peak reached; the "
+                     f"running median of {2 * SUSTAIN - 1} step losses never above the first + "
+                     f"{c.params.preflight.lr_rise_tolerance}; fixed-batch loss lower after than before"),
+          ("learning rate too high for this model/batch", "no gradient clipping",
+           "warmup needed (instability starts at the peak LR)", "a broken LR schedule (cosine_with_warmup)")),
+    Check("rehearsal_learns", check_rehearsal_learns, ("lr_stability",),
+          lambda c: (f"after the rehearsal, the loss on {c.params.preflight.probe_batches} fixed train batches <= "
+                     f"the loss of train's character frequencies on them - {c.params.preflight.learn_margin}"),
+          ("updates never reach the weights (zero_grad between backward and step, optimizer over other tensors)",
+           "learning rate far too low, or a schedule that sends it to zero", "gradients cut (detach / no_grad)",
+           "inputs and targets misaligned, so there is nothing to learn")),
+    Check("single_batch_overfit", check_single_batch_overfit, ("forward_shapes", "optimizer_update", "causal_independence"),
+          lambda c: (f"fresh debug model, one batch, {c.params.preflight.overfit_steps} steps of the run's training "
+                     f"step ({c.params.train.precision}): final loss < {c.params.preflight.overfit_threshold}"),
+          ("the model cannot learn: broken residuals, wrong targets, or a bug in the loss", "learning rate far too low or too high",
+           "data pipeline feeding different batches each step")),
+)
+

@@ -1,0 +1,77 @@
+"""Preflight: every check in the order the data flows (data -> model -> training), and the report it writes.
+
+Each check isolates one assumption of the pipeline and either returns what it measured or raises CheckFailed
+with the measurement, the threshold and the likely causes (the debugging guide's symptom -> cause map).
+Checks whose prerequisites did not pass are reported as skipped, with the reason. The report is bound to the
+data, config and code it checked (minigpt.gate), which train verifies before it starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from minigpt.checks import Check, CheckResult, Context, run_checks
+from minigpt.config import Params
+from minigpt.errors import MinigptError
+from minigpt.gate import current_fingerprints, gated_config
+from minigpt.io_utils import atomic_write_json, canonical_json_digest
+from minigpt.model import MiniGPTConfig
+from minigpt.paths import DEBUG_REPORT, TOKENIZER_FILE
+from minigpt.preflight import data_checks, model_checks, training_checks
+from minigpt.runtime import select_device
+from minigpt.tokenizer import CharTokenizer
+
+SUMMARY_FIELDS = ("tokenizer_fingerprint", "vocab_size", "token_range", "batch_shape", "initial_loss",
+                  "expected_initial_loss", "grad_norm", "missing_gradients", "frozen_parameters", "param_update_max",
+                  "rehearsal_loss", "single_batch_final_loss")
+
+
+
+CHECKS: tuple[Check, ...] = data_checks.CHECKS + model_checks.CHECKS + training_checks.CHECKS
+
+
+def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict) -> dict:
+    env = next((r.measured for r in results if r.name == "environment"), {})
+    total = sum(r.seconds for r in results)
+    report = {
+        "passed": all(r.status == "passed" for r in results),
+        "failed": [r.name for r in results if r.status == "failed"],
+        "skipped": [r.name for r in results if r.status == "skipped"],
+        "checks": [r.to_dict() for r in results],
+        **{name: ctx.summary.get(name) for name in SUMMARY_FIELDS},
+        "environment": env,
+        "seconds": {"total": round(total, 3),
+                    "without_overfit": round(total - sum(r.seconds for r in results if r.name == "single_batch_overfit"), 3)},
+        "config": gated_config(ctx.params),
+        "fingerprints": fingerprints,
+    }
+    report["report_digest"] = canonical_json_digest(report)
+    return report
+
+
+def discard_report(path: Path) -> None:
+    """Remove a previous report before any check runs: no path (a crash, Ctrl-C) can leave an old one standing."""
+    path.unlink(missing_ok=True)
+
+
+def run_preflight(params: Params, root: Path = Path("."), report_path: Path | None = None, **context_overrides) -> dict:
+    """Run every check on the real artifacts under root, write the report atomically, return it."""
+    report_path = report_path or root / DEBUG_REPORT
+    discard_report(report_path)
+    # bound before the checks run: the report vouches for the data, config and code that were checked
+    fingerprints = current_fingerprints(params, root)
+    device = select_device(params.train.device)
+    tokenizer_vocab = None
+    try:
+        tokenizer_vocab = CharTokenizer.load(root / TOKENIZER_FILE).vocab_size
+    except MinigptError:
+        pass
+    model_config = MiniGPTConfig.from_params(params.model, tokenizer_vocab or 1)
+    ctx = Context(params=params, root=root, device=device, model_config=model_config, **context_overrides)
+    torch.manual_seed(params.preflight.seed)
+    results = run_checks(ctx, CHECKS)
+    report = build_report(ctx, results, fingerprints)
+    atomic_write_json(report_path, report)
+    return report

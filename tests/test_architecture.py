@@ -1,0 +1,70 @@
+"""The README's Architecture section is the layering, and the code keeps it: every minigpt module is listed in
+exactly one layer, and no module imports a module of a higher layer (the stage scripts sit on top of them all)."""
+
+import ast
+import re
+
+from helpers import REPO_ROOT
+
+PACKAGE = REPO_ROOT / "minigpt"
+
+
+def readme_layers() -> dict[str, int]:
+    """module path -> layer number, from the README's '## Architecture' section ('### N. …' headings)."""
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Architecture\n", 1)[1].split("\n## ", 1)[0]
+    layers, layer = {}, None
+    for line in section.splitlines():
+        heading = re.match(r"### (\d+)\. ", line)
+        if heading:
+            layer = int(heading.group(1))
+        elif line.startswith("- ") and layer is not None:
+            for name in re.findall(r"`(minigpt/[\w/]+\.py)`", line.split(" — ", 1)[0]):
+                assert name not in layers, f"{name} is listed twice in the README's Architecture section"
+                layers[name] = layer
+    return layers
+
+
+def minigpt_imports(path) -> set[str]:
+    """The minigpt modules a file imports (as minigpt/…py paths), at any depth of the file."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] != "minigpt":
+                continue
+            for candidate in ("/".join(parts) + ".py", "/".join(parts) + "/__init__.py"):
+                if (REPO_ROOT / candidate).is_file():
+                    found.add(candidate)
+    return found
+
+
+def modules() -> list[str]:
+    return sorted(str(p.relative_to(REPO_ROOT)) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py")
+
+
+def test_every_module_is_in_exactly_one_layer_of_the_readme():
+    layers = readme_layers()
+    assert set(modules()) - set(layers) == set(), "modules missing from the README's Architecture section"
+    assert set(layers) - set(modules()) == set(), "the README's Architecture section lists modules that do not exist"
+
+
+def test_no_module_imports_a_module_above_it():
+    layers = readme_layers()
+    upward = [f"{name} (layer {layers[name]}) imports {dep} (layer {layers[dep]})"
+              for name in modules() for dep in sorted(minigpt_imports(REPO_ROOT / name))
+              if dep in layers and layers[dep] > layers[name]]
+    assert upward == []
+
+
+def test_the_layering_check_sees_an_upward_import(tmp_path):
+    layers = readme_layers()
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    from minigpt.training import train\n")
+    assert "minigpt/training.py" in minigpt_imports(probe) and layers["minigpt/training.py"] > layers["minigpt/model.py"]
