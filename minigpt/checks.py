@@ -7,6 +7,7 @@ crash of the whole run, so a report is always written.
 
 from __future__ import annotations
 
+import json
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -148,3 +149,26 @@ def format_table(checks: list[dict]) -> str:
             rows.append(f"{'':<22} threshold: {c['threshold']}")
             rows.extend(f"{'':<22} likely cause: {cause}" for cause in c.get("likely_causes", []))
     return "\n".join(rows)
+
+
+# A refused run's report in one log line: a queued experiment that fails keeps only its log (`dvc queue logs`),
+# and the comparison page reads the refusal from there.
+REPORT_LOG_PREFIX = "[preflight] report: "
+LOGGED_FIELDS = ("name", "status", "threshold", "seconds", "message", "likely_causes")
+
+
+def report_log_line(report: dict) -> str:
+    checks = [{k: c[k] for k in LOGGED_FIELDS if k in c} for c in report.get("checks", [])]
+    return REPORT_LOG_PREFIX + json.dumps({"passed": report.get("passed"), "failed": report.get("failed", []),
+                                           "checks": checks}, ensure_ascii=False)
+
+
+def report_from_log(text: str) -> dict | None:
+    """The report a refused run logged (the last one in the text), or None."""
+    lines = [line for line in text.splitlines() if line.startswith(REPORT_LOG_PREFIX)]
+    if not lines:
+        return None
+    try:
+        return json.loads(lines[-1][len(REPORT_LOG_PREFIX):])
+    except json.JSONDecodeError:
+        return None

@@ -79,7 +79,7 @@ TRAINED_MARGIN = 0.5
 
 
 def evaluate_checkpoint(params, root, checkpoint_path=None) -> dict:
-    """Score the best checkpoint on the full val and test splits; returns the metrics for reports/metrics.json."""
+    """Score the best checkpoint on the full val and test splits; returns the report for reports/evaluation.json."""
     root = Path(root)
     path = Path(checkpoint_path) if checkpoint_path else root / BEST_CHECKPOINT
     device = select_device(params.train.device)

@@ -14,13 +14,16 @@ LATEST_CHECKPOINT = MODELS_DIR / "mini_gpt_latest.pt"
 BEST_CHECKPOINT = MODELS_DIR / "mini_gpt_best.pt"
 TRAIN_LOCK = MODELS_DIR / ".train.lock"  # held by the one trainer writing models/ and the run's reports
 TRAIN_LOG = REPORTS_DIR / "train_log.jsonl"
-TRAIN_METRICS = REPORTS_DIR / "train_metrics.json"
+TRAIN_SUMMARY = REPORTS_DIR / "train_summary.json"
 TRAIN_PLOT_CSV = REPORTS_DIR / "plots" / "train.csv"
 VAL_PLOT_CSV = REPORTS_DIR / "plots" / "val.csv"
 CURVES_PNG = REPORTS_DIR / "train_curves.png"
-EVAL_METRICS = REPORTS_DIR / "metrics.json"
+EVAL_REPORT = REPORTS_DIR / "evaluation.json"
 GENERATION_REPORT = REPORTS_DIR / "generation.json"
 SAMPLES_MD = REPORTS_DIR / "samples.md"
+# the run's decision metrics (the only file DVC treats as metrics) and its offline page, written by `report`
+RUN_METRICS = REPORTS_DIR / "metrics.json"
+REPORT_HTML = REPORTS_DIR / "report.html"
 # read from the code's checkout (code_binding.CODE_ROOT), not from the run's folder: the overfit check's model
 DEBUG_MODEL_CONF = Path("conf/model/debug.yaml")
 

@@ -45,7 +45,7 @@ from minigpt.paths import (
     TOKENIZER_FILE,
     TRAIN_LOCK,
     TRAIN_LOG,
-    TRAIN_METRICS,
+    TRAIN_SUMMARY,
 )
 from minigpt.resume import (
     find_resume_checkpoint,
@@ -271,7 +271,7 @@ def _loop(run: Run, stop: StopRequest) -> dict:
     summary = _summary(run)
     if ddp.main:
         write_curves(progress.history, run.root)
-        atomic_write_json(run.root / TRAIN_METRICS, summary)
+        atomic_write_json(run.root / TRAIN_SUMMARY, summary)
         say(f"[train] done: best val loss {summary['best_val_loss']:.4f} at step {summary['best_step']}, "
             f"{summary['tokens_per_sec_median']:.0f} tok/s, clipped {summary['clipped_fraction']:.1%} of steps")
     runtime.barrier(ddp)

@@ -1,16 +1,16 @@
-"""Stage evaluate: score models/mini_gpt_best.pt on the full val and test splits -> reports/metrics.json."""
+"""Stage evaluate: score models/mini_gpt_best.pt on the full val and test splits -> reports/evaluation.json."""
 
 from pathlib import Path
 
 from minigpt.evaluation import evaluate_checkpoint
 from minigpt.io_utils import atomic_write_json
-from minigpt.paths import EVAL_METRICS
+from minigpt.paths import EVAL_REPORT
 from minigpt.stage import stage_main
 
 
 def run(params):
     metrics = evaluate_checkpoint(params, Path("."))
-    atomic_write_json(EVAL_METRICS, metrics)
+    atomic_write_json(EVAL_REPORT, metrics)
     for split in ("val", "test"):
         m = metrics[split]
         print(f"[evaluate] {split}: loss {m['loss']:.4f} nats/char, {m['bpc']:.4f} bpc, perplexity "

@@ -5,7 +5,7 @@ The previous report is removed first, so a crash or a bad params.yaml can never 
 
 from pathlib import Path
 
-from minigpt.checks import format_table
+from minigpt.checks import format_table, report_log_line
 from minigpt.gate import PreflightFailed
 from minigpt.paths import DEBUG_REPORT
 from minigpt.preflight.suite import discard_report, run_preflight
@@ -18,6 +18,7 @@ def run(params):
     seconds = report["seconds"]
     print(f"[preflight] checks took {seconds['total']:.2f}s ({seconds['without_overfit']:.2f}s without the overfit check)")
     if not report["passed"]:
+        print(report_log_line(report))  # the refusal, readable from `dvc queue logs` when the run was queued
         raise PreflightFailed(f"check(s) failed: {', '.join(report['failed'])}; see the table above and reports/debug_report.json")
 
 

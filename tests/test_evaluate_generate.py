@@ -122,7 +122,7 @@ def test_evaluate_and_generate_stages_on_a_trained_checkpoint(project):
     for stage in ("evaluate", "generate"):
         result = subprocess.run([sys.executable, str(REPO_ROOT / f"stages/{stage}.py")], cwd=root, capture_output=True, text=True)
         assert result.returncode == 0, result.stderr
-    metrics = json.loads((root / "reports/metrics.json").read_text())
+    metrics = json.loads((root / "reports/evaluation.json").read_text())
     val_len = len(np.load(root / "data/encoded/val.npy"))
     assert metrics["val"]["tokens"] == val_len - 1
     assert metrics["val"]["bpc"] < metrics["baseline_bpc"] - 0.5
@@ -141,7 +141,7 @@ def test_untrained_checkpoint_is_an_error_not_a_metric(project):
     save_checkpoint(root / "models/mini_gpt_best.pt", model, tok.fingerprint)
     result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/evaluate.py")], cwd=root, capture_output=True, text=True)
     assert result.returncode == 1 and "not clearly below the random baseline" in result.stderr
-    assert not (root / "reports/metrics.json").exists()
+    assert not (root / "reports/evaluation.json").exists()
 
 
 def test_generation_refuses_bad_settings_and_a_tokenizer_mismatch(project, capsys):

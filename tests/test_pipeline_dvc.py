@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from helpers.browser import coloured_pixels, visit
 from helpers.dvc_project import DvcProject
 
 # real `dvc repro` / `dvc exp run` in throwaway git repos: minutes in all, so in the slow tier (CI runs it)
@@ -62,8 +63,8 @@ def test_preflight_gates_each_learning_rate_and_stops_dvc_on_failure(tmp_path, f
     assert report["passed"] is False and report["failed"] == ["lr_stability"]
 
 
-ALL_STAGES = ["fetch", "clean", "tokenizer", "encode", "preflight", "train", "evaluate", "generate"]
-LR_STAGES = ["preflight", "train", "evaluate", "generate"]
+ALL_STAGES = ["fetch", "clean", "tokenizer", "encode", "preflight", "train", "evaluate", "generate", "report"]
+LR_STAGES = ["preflight", "train", "evaluate", "generate", "report"]
 
 
 def test_full_dag_then_noop_then_lr_sweep_through_the_queue(tmp_path, fixture_dir):
@@ -74,11 +75,15 @@ def test_full_dag_then_noop_then_lr_sweep_through_the_queue(tmp_path, fixture_di
     root = project.root
     for artifact in ["data/raw/manifest.json", "data/encoded/meta.json", "reports/clean.json", "reports/debug_report.json",
                      "models/mini_gpt_latest.pt", "models/mini_gpt_best.pt", "reports/train_log.jsonl",
-                     "reports/train_curves.png", "reports/train_metrics.json", "reports/plots/train.csv",
-                     "reports/metrics.json", "reports/samples.md", "reports/generation.json"]:
+                     "reports/train_curves.png", "reports/train_summary.json", "reports/plots/train.csv",
+                     "reports/evaluation.json", "reports/samples.md", "reports/generation.json", "reports/metrics.json",
+                     "reports/report.html"]:
         assert (root / artifact).is_file(), artifact
-    metrics = json.loads((root / "reports/metrics.json").read_text())
-    assert metrics["val"]["bpc"] < metrics["baseline_bpc"]
+    evaluation = json.loads((root / "reports/evaluation.json").read_text())
+    assert evaluation["val"]["bpc"] < evaluation["baseline_bpc"]
+    shown_metrics = json.loads(project.dvc("metrics", "show", "--json").stdout)
+    files = {path for rev in shown_metrics.values() for path in rev.get("data", {})}
+    assert files == {"reports/metrics.json"}, "DVC compares the decision metrics only"
     assert json.loads((root / "reports/debug_report.json").read_text())["passed"] is True
     assert project.stages_run(project.dvc("repro").stdout) == []
 
@@ -97,19 +102,32 @@ def test_full_dag_then_noop_then_lr_sweep_through_the_queue(tmp_path, fixture_di
     project.git("commit", "-q", "-m", "baseline run")
     # `dvc exp run` recomposes params.yaml from conf/: the baseline's own overrides go along with the sweep
     overrides = [arg for o in base for arg in ("-S", o)]
-    project.dvc("exp", "run", *overrides, "-S", "train.lr=0.001,0.002", "--queue")
-    swept = project.dvc("exp", "run", "--run-all", "-j", "1")
+    # lr 1.0: the gate refuses it, the experiment fails at preflight, and the comparison page says why
+    project.dvc("exp", "run", *overrides, "-S", "train.lr=0.001,0.002,1.0", "--queue")
+    swept = project.dvc("exp", "run", "--run-all", "-j", "1", check=False)
     ran = project.stages_run(swept.stdout)
-    assert sorted(ran) == sorted(LR_STAGES * 2), swept.stdout
+    assert sorted(ran) == sorted(LR_STAGES * 2 + ["preflight"]), swept.stdout
     assert "Stage 'encode' didn't change, skipping" in swept.stdout
 
     shown = json.loads(project.dvc("exp", "show", "--json").stdout)
-    experiments = [e for rev in shown for e in (rev.get("experiments") or [])]
-    names = [run["name"] for e in experiments for run in e["revs"] if run.get("name")]
-    assert len(names) == 2, shown
+    experiments = [run for rev in shown for e in (rev.get("experiments") or []) for run in e["revs"] if run.get("name")]
+    names = [run["name"] for run in experiments if not run.get("error")]
+    refused = [run["name"] for run in experiments if run.get("error")]
+    assert len(names) == 2 and len(refused) == 1, shown
     diff = json.loads(project.dvc("metrics", "diff", names[0], names[1], "--json").stdout)
-    bpc = diff["reports/metrics.json"]["val.bpc"]
+    bpc = diff["reports/metrics.json"]["val_bpc"]
     assert bpc["old"] != bpc["new"]
+    table = project.dvc("metrics", "diff", names[0], names[1], "--all").stdout.strip().splitlines()
+    assert len(table) <= 15, "one screen: " + "\n".join(table)
+    csv_header = project.dvc("exp", "show", "--csv").stdout.splitlines()[0].split(",")
+    assert {"val_bpc", "test_bpc", "train.lr"} <= set(csv_header), csv_header
+    compared = project.run(sys.executable, "-m", "minigpt.report", "compare", *names, *refused, "--out", "compare.html")
+    assert compared.returncode == 0, compared.stderr
+    seen = visit(root / "compare.html")
+    assert seen.console_errors == [] and seen.requests == [(root / "compare.html").resolve().as_uri()]
+    assert all(name in seen.text for name in names + refused) and "train.lr" in seen.text
+    assert any(coloured_pixels(png) > 300 for png in seen.chart_screenshots)
+    assert any(row.startswith("lr_stability") and "too high" in row for row in seen.failed_rows), seen.failed_rows
 
     # share the baseline through a DVC remote: a second clone pulls it and has nothing to rerun
     project.dvc("remote", "add", "-d", "storage", str(tmp_path / "remote"))

@@ -61,10 +61,10 @@ def test_a_gated_run_logs_every_step_and_writes_its_outputs(project):
     assert [r["step"] for r in evals] == [10, 20, 30, 40] and all("sample" in r for r in evals)
     assert log[0]["lr"] == pytest.approx(params.train.lr / params.train.warmup_steps)
     for name in ["models/mini_gpt_latest.pt", "models/mini_gpt_best.pt", "reports/train_curves.png",
-                 "reports/plots/train.csv", "reports/plots/val.csv", "reports/train_metrics.json"]:
+                 "reports/plots/train.csv", "reports/plots/val.csv", "reports/train_summary.json"]:
         assert (root / name).is_file(), name
     assert (root / "reports/plots/train.csv").read_text().splitlines()[0] == "step,train_loss,lr,grad_norm"
-    metrics = json.loads((root / "reports/train_metrics.json").read_text())
+    metrics = json.loads((root / "reports/train_summary.json").read_text())
     assert metrics["steps"] == 40 and 0 <= metrics["clipped_fraction"] <= 1
     assert metrics["best_val_loss"] == pytest.approx(min(r["val_loss"] for r in evals), abs=1e-6)
     ckpt = load_checkpoint(root / "models/mini_gpt_latest.pt")
@@ -208,7 +208,7 @@ def test_two_process_ddp_run(project):
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("[train] done:") == 1, "rank 0 alone reports"
     assert [r["step"] for r in read_log(root)] == list(range(1, 21))
-    metrics = json.loads((root / "reports/train_metrics.json").read_text())
+    metrics = json.loads((root / "reports/train_summary.json").read_text())
     assert metrics["world_size"] == 2
     ckpt = load_checkpoint(root / "models/mini_gpt_latest.pt")
     assert len(ckpt["batch_rng"]) == 2 and not torch.equal(ckpt["batch_rng"][0], ckpt["batch_rng"][1])
@@ -242,7 +242,7 @@ def test_time_budget_under_ddp_stops_every_rank_at_the_same_step(project):
                              str(REPO_ROOT / "stages/train.py")], cwd=root, capture_output=True, text=True, env=env,
                             timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr  # a rank left behind would hang until the timeout
-    metrics = json.loads((root / "reports/train_metrics.json").read_text())
+    metrics = json.loads((root / "reports/train_summary.json").read_text())
     assert metrics["stopped_by"] == "max_seconds" and metrics["world_size"] == 2
     assert read_log(root)[-1]["step"] == metrics["steps"]
 

@@ -1,0 +1,46 @@
+"""python -m minigpt.report run [--out reports/report.html]         this workspace's run
+   python -m minigpt.report compare NAME NAME … [--out compare.html] runs as `dvc exp show` names them"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from minigpt.errors import MinigptError
+from minigpt.io_utils import atomic_write_text
+from minigpt.paths import REPORT_HTML
+
+WORKSPACE_NAME = "workspace"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m minigpt.report", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="the workspace's run (also after a refused preflight)")
+    run.add_argument("--out", type=Path, default=Path(REPORT_HTML))
+    compare = sub.add_parser("compare", help="several runs on one page")
+    compare.add_argument("names", nargs="+", help="experiment names, commits, branches, or 'workspace'")
+    compare.add_argument("--out", type=Path, default=Path("reports/compare.html"))
+    parser.add_argument("--repo", type=Path, default=Path("."), help="the project root (default: .)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "run":
+            from minigpt.report.run_files import load_run, workspace_reader
+            from minigpt.report.run_page import run_page
+
+            html = run_page(load_run(WORKSPACE_NAME, workspace_reader(args.repo)))
+        else:
+            from minigpt.report.compare import compare_page, load_runs
+
+            html = compare_page(load_runs(args.repo, args.names))
+    except MinigptError as exc:
+        print(f"[report] {exc}", file=sys.stderr)
+        return 1
+    atomic_write_text(args.out, html)
+    print(f"[report] wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

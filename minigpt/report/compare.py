@@ -1,0 +1,155 @@
+"""Several runs side by side on one offline page: overlaid curves, the decision metrics with the best marked,
+the params that differ, and every run's preflight (which run the gate refused, and why).
+
+Runs are named as `dvc exp show` prints them (an experiment's name, a commit, a branch, `workspace`); the
+experiments are listed through `dvc.api.exp_show` and their files read through `dvc.api.read`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from html import escape
+from pathlib import Path
+
+from minigpt.checks import report_from_log
+from minigpt.report.decision import DECISION_METRICS, decision_metrics
+from minigpt.report.html import fmt, page, table
+from minigpt.report.run_files import (
+    PARAMS_FILE,
+    RunFiles,
+    load_run,
+    revision_reader,
+    workspace_reader,
+)
+from minigpt.report.svg import Series, line_chart
+
+WORKSPACE = "workspace"
+# experiment states whose commit does not hold the run's results
+UNFINISHED = ("Failed", "Queued", "Running")
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in (tree or {}).items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def experiment_index(root: Path) -> dict[str, dict]:
+    """name or revision -> {"rev", "state"} for every experiment `dvc exp show` lists (and their baselines)."""
+    import dvc.api
+
+    index = {}
+    for row in dvc.api.exp_show(repo=str(root), num=-1):
+        rev, name = row.get("rev"), row.get("Experiment")
+        entry = {"rev": rev, "state": row.get("State") or ""}
+        for key in filter(None, (name, rev, (rev or "")[:7])):
+            index.setdefault(key, entry)
+    return index
+
+
+def load_runs(root: Path, names: list[str]) -> list[RunFiles]:
+    index = experiment_index(root) if any(n != WORKSPACE for n in names) else {}
+    runs = []
+    for name in names:
+        if name == WORKSPACE:
+            runs.append(load_run(name, workspace_reader(root), "workspace"))
+            continue
+        entry = index.get(name, {"rev": name, "state": ""})
+        if entry["state"] in UNFINISHED:
+            runs.append(unfinished_run(root, name, entry))
+        else:
+            runs.append(load_run(name, revision_reader(root, entry["rev"]), entry["state"]))
+    return runs
+
+
+def unfinished_run(root: Path, name: str, entry: dict) -> RunFiles:
+    """A failed (or queued, running) experiment: its commit holds its params but the baseline's reports, so only
+    params.yaml is read from it; a refused run's preflight comes from its log (`dvc queue logs`)."""
+    params_only = revision_reader(root, entry["rev"])
+    run = load_run(name, lambda path: params_only(path) if path == PARAMS_FILE else None, entry["state"])
+    logs = subprocess.run([sys.executable, "-m", "dvc", "queue", "logs", name], cwd=root, capture_output=True,
+                          text=True)
+    run.preflight = report_from_log(logs.stdout) if logs.returncode == 0 else None
+    return run
+
+
+def differing_params(runs: list[RunFiles]) -> list[tuple[str, list]]:
+    flats = [_flatten(r.params or {}) for r in runs]
+    keys = sorted(set().union(*flats))
+    return [(k, [f.get(k) for f in flats]) for k in keys if len({repr(f.get(k)) for f in flats}) > 1]
+
+
+def metrics_comparison(runs: list[RunFiles]) -> str:
+    per_run = [decision_metrics(r) for r in runs]
+    rows = []
+    for key, (what, lower_is_better) in DECISION_METRICS.items():
+        values = [m.get(key) for m in per_run]
+        present = [v for v in values if isinstance(v, (int, float))]
+        best = None
+        if lower_is_better is not None and len(present) > 1 and len(set(present)) > 1:
+            best = min(present) if lower_is_better else max(present)
+        cells = [("num best" if v is not None and v == best else "num", fmt(v)) for v in values]
+        rows.append([f"<code>{key}</code>", escape(what), *cells])
+    return table(["metric", "what", *[r.name for r in runs]], rows)
+
+
+def preflight_comparison(runs: list[RunFiles]) -> str:
+    names = []
+    for run in runs:
+        for check in (run.preflight or {}).get("checks", []):
+            if check["name"] not in names:
+                names.append(check["name"])
+    rows, classes = [], []
+    for name in names:
+        cells, any_failed = [], False
+        for run in runs:
+            check = next((c for c in (run.preflight or {}).get("checks", []) if c["name"] == name), None)
+            if check is None:
+                cells.append("–")
+                continue
+            status = check.get("status", "?")
+            any_failed |= status == "failed"
+            text = f'<span class="{escape(status)}">{escape(status)}</span>'
+            if check.get("message"):
+                text += f"<br>{escape(check['message'])}"
+            cells.append(text)
+        rows.append([escape(name), *cells])
+        classes.append("failed-row" if any_failed else "")
+    verdict = ["<b>" + ("<span class=\"passed\">passed</span>" if r.preflight_passed else
+                        "<span class=\"failed\">refused</span>" if r.preflight_passed is False else "–") + "</b>"
+               for r in runs]
+    return table(["check", *[r.name for r in runs]], [["gate", *verdict]] + rows, [""] + classes, cls="preflight")
+
+
+def overlaid_charts(runs: list[RunFiles]) -> str:
+    def series(key: str, markers: bool = False) -> list[Series]:
+        return [Series(r.name, [(rec["step"], rec[key]) for rec in r.train_log if key in rec], markers=markers)
+                for r in runs]
+
+    return '<div class="charts">' + "".join([
+        line_chart("validation loss", series("val_loss", markers=True), "step", "nats per character"),
+        line_chart("training loss", series("train_loss"), "step", "nats per character"),
+        line_chart("learning rate", series("lr"), "step", "lr"),
+        line_chart("gradient norm (before clipping)", series("grad_norm"), "step", "norm", log_y=True),
+    ]) + "</div>"
+
+
+def compare_page(runs: list[RunFiles]) -> str:
+    params = differing_params(runs)
+    states = ", ".join(f"{escape(r.name)} ({escape(r.state)})" if r.state else escape(r.name) for r in runs)
+    body = [f"<h1>minigpt: {len(runs)} runs compared</h1>", f'<p class="muted">{states}. One self-contained file: '
+            "no script, nothing loaded from the network. Best value per metric highlighted.</p>",
+            "<h2>Decision metrics</h2>", metrics_comparison(runs),
+            "<h2>Params that differ</h2>",
+            table(["param", *[r.name for r in runs]], [[f"<code>{escape(k)}</code>", *[fmt(v) for v in values]]
+                                                     for k, values in params]) if params
+            else '<p class="muted">the runs share every param</p>',
+            "<h2>Curves</h2>", overlaid_charts(runs),
+            "<h2>Preflight</h2>", preflight_comparison(runs)]
+    return page(f"minigpt: {', '.join(r.name for r in runs)}", body)

@@ -1,0 +1,97 @@
+"""What one run left behind, read from the workspace or from any git/DVC revision (an experiment too).
+
+Every file is optional: a run refused by the gate has a preflight report and nothing after it, and the pages
+show what there is. Files are read through DVC's own API (`dvc.api.read`) for revisions, so an experiment's
+files come from its commit whether git or the DVC cache holds them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from minigpt.paths import (
+    DEBUG_REPORT,
+    EVAL_REPORT,
+    GENERATION_REPORT,
+    TRAIN_LOG,
+    TRAIN_SUMMARY,
+)
+
+PARAMS_FILE = "params.yaml"
+
+
+@dataclass
+class RunFiles:
+    name: str
+    params: dict | None = None
+    preflight: dict | None = None
+    train_log: list[dict] = field(default_factory=list)
+    train: dict | None = None
+    evaluation: dict | None = None
+    generation: dict | None = None
+    state: str = ""  # DVC's experiment state (Success, Failed, …) when the run is an experiment
+    unreadable: list[str] = field(default_factory=list)  # files present but not parseable
+
+    @property
+    def preflight_passed(self) -> bool | None:
+        return None if self.preflight is None else bool(self.preflight.get("passed"))
+
+    @property
+    def failed_checks(self) -> list[dict]:
+        return [c for c in (self.preflight or {}).get("checks", []) if c.get("status") == "failed"]
+
+
+def _parse_json(text: str):
+    return json.loads(text)
+
+
+def _parse_jsonl(text: str) -> list[dict]:
+    records = []
+    for line in text.splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # a last line cut short by a kill
+    return records
+
+
+def load_run(name: str, read: Callable[[str], str | None], state: str = "") -> RunFiles:
+    """The run's files through `read(path) -> text or None`."""
+    run = RunFiles(name=name, state=state)
+    sources = (("params", PARAMS_FILE, yaml.safe_load), ("preflight", DEBUG_REPORT, _parse_json),
+               ("train_log", TRAIN_LOG, _parse_jsonl), ("train", TRAIN_SUMMARY, _parse_json),
+               ("evaluation", EVAL_REPORT, _parse_json), ("generation", GENERATION_REPORT, _parse_json))
+    for attribute, path, parse in sources:
+        text = read(str(path))
+        if text is None:
+            continue
+        try:
+            setattr(run, attribute, parse(text))
+        except (ValueError, yaml.YAMLError):
+            run.unreadable.append(str(path))
+    return run
+
+
+def workspace_reader(root: Path) -> Callable[[str], str | None]:
+    def read(path: str) -> str | None:
+        file = Path(root) / path
+        return file.read_text(encoding="utf-8") if file.is_file() else None
+    return read
+
+
+def revision_reader(root: Path, rev: str) -> Callable[[str], str | None]:
+    """Files of `rev` (a commit, branch, tag or experiment) through dvc.api."""
+    import dvc.api
+    from dvc.exceptions import DvcException
+
+    def read(path: str) -> str | None:
+        try:
+            return dvc.api.read(path, repo=str(root), rev=rev, encoding="utf-8")
+        except (FileNotFoundError, DvcException):
+            return None
+    return read

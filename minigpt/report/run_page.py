@@ -1,0 +1,135 @@
+"""One run's offline report (reports/report.html): the preflight table, the training curves, the evaluation
+with its baseline, the samples, and the config and fingerprints the run was bound to."""
+
+from __future__ import annotations
+
+import json
+from html import escape
+
+from minigpt.report.decision import DECISION_METRICS, decision_metrics
+from minigpt.report.html import compact, fmt, page, table
+from minigpt.report.run_files import RunFiles
+from minigpt.report.svg import Series, line_chart
+
+
+def preflight_section(run: RunFiles) -> list[str]:
+    if run.preflight is None:
+        return ["<h2>Preflight</h2>", '<p class="muted">no preflight report (preflight has not run)</p>']
+    report = run.preflight
+    failed = run.failed_checks
+    if report.get("passed"):
+        banner = '<div class="banner passed"><span class="passed">Preflight passed</span>: every check held, so training was allowed to start.</div>'
+    else:
+        names = ", ".join(c["name"] for c in failed) or "?"
+        banner = (f'<div class="banner failed"><span class="failed">Preflight failed: {escape(names)}</span>. '
+                  "The gate refused to train this run.</div>")
+    rows, classes = [], []
+    for i, check in enumerate(report.get("checks", []), 1):
+        status = check.get("status", "?")
+        detail = escape(check.get("message", ""))
+        if check.get("likely_causes"):
+            detail += "<br><span class=\"muted\">likely: " + escape("; ".join(check["likely_causes"])) + "</span>"
+        rows.append([("num", str(i)), escape(check.get("name", "?")), f'<span class="{escape(status)}">{escape(status)}</span>',
+                     escape(str(check.get("threshold", ""))), f"<code>{compact(check.get('measured', {}))}</code>",
+                     ("num", fmt(check.get("seconds"), 2)), detail])
+        classes.append("failed-row" if status == "failed" else "")
+    return ["<h2>Preflight</h2>", banner,
+            table(["#", "check", "status", "passes when", "measured", "s", "message / likely cause"], rows, classes,
+                  cls="preflight")]
+
+
+def training_section(run: RunFiles) -> list[str]:
+    if not run.train_log:
+        return ["<h2>Training</h2>", '<p class="muted">no training log (training did not run)</p>']
+    log = run.train_log
+    val = [(r["step"], r["val_loss"]) for r in log if "val_loss" in r]
+    charts = [
+        line_chart("loss", [Series("train", [(r["step"], r["train_loss"]) for r in log]),
+                            Series("val", val, markers=True)], "step", "nats per character"),
+        line_chart("learning rate", [Series("lr", [(r["step"], r["lr"]) for r in log])], "step", "lr"),
+        line_chart("gradient norm (before clipping)", [Series("grad norm", [(r["step"], r["grad_norm"]) for r in log])],
+                   "step", "norm", log_y=True),
+        line_chart("throughput", [Series("tokens/s", [(r["step"], r["tokens_per_sec"]) for r in log])], "step", "tokens/s"),
+    ]
+    summary = run.train or {}
+    facts = [("steps", summary.get("steps", log[-1]["step"])), ("stopped by", summary.get("stopped_by")),
+             ("best val loss", summary.get("best_val_loss")), ("best step", summary.get("best_step")),
+             ("clipped share of steps", summary.get("clipped_fraction")),
+             ("tokens/s (median step)", summary.get("tokens_per_sec_median")),
+             ("training seconds", summary.get("train_seconds")), ("device", summary.get("device")),
+             ("precision", summary.get("precision")), ("processes", summary.get("world_size")),
+             ("resumed from step", summary.get("resumed_from_step"))]
+    return ["<h2>Training</h2>", table(["", ""], [[escape(k), ("num", fmt(v))] for k, v in facts]),
+            f'<div class="charts">{"".join(charts)}</div>']
+
+
+def evaluation_section(run: RunFiles) -> list[str]:
+    ev = run.evaluation
+    if ev is None:
+        return ["<h2>Evaluation</h2>", '<p class="muted">no evaluation (evaluate has not run)</p>']
+    rows = [[split, ("num", fmt(ev[key]["loss"])), ("num", fmt(ev[key]["bpc"])), ("num", fmt(ev[key]["perplexity"], 3)),
+             ("num", fmt(ev[key]["tokens"]))] for split, key in (("val", "val"), ("test", "test"), ("train slice", "train_slice"))]
+    rows.append(["random baseline (log V)", ("num", fmt(ev["baseline_log_v"])), ("num", fmt(ev["baseline_bpc"])), "", ""])
+    return ["<h2>Evaluation</h2>",
+            f"<p>Every target token of each split scored once (stride {ev.get('stride')}, at least "
+            f"{ev.get('min_context')} characters of context), checkpoint <code>{escape(str(ev.get('checkpoint')))}</code>, "
+            f"best step {fmt(ev.get('best_step'))}. Generalisation gap (val − train slice): "
+            f"{fmt(ev.get('generalization_gap'))} nats.</p>",
+            table(["split", "loss (nats/char)", "bits/char", "perplexity", "tokens"], rows)]
+
+
+def samples_section(run: RunFiles) -> list[str]:
+    gen = run.generation
+    if gen is None:
+        return ["<h2>Samples</h2>", '<p class="muted">no samples (generate has not run)</p>']
+    settings = gen.get("settings", {})
+    out = ["<h2>Samples</h2>",
+           f"<p>temperature {fmt(settings.get('temperature'))}, top_k {fmt(settings.get('top_k'))}, top_p "
+           f"{fmt(settings.get('top_p'))}, repetition penalty {fmt(settings.get('repetition_penalty'))}, "
+           f"{fmt(settings.get('max_new_tokens'))} new characters, seed {fmt(settings.get('seed'))}</p>"]
+    for i, sample in enumerate(gen.get("samples", []), 1):
+        out.append(f"<h3>Prompt {i}</h3><pre><b>{escape(sample['prompt'])}</b>{escape(sample['text'])}</pre>"
+                   f"<p class=\"muted\">repeated 4-grams {fmt(sample.get('repeated_4gram_share'))}, 8-grams "
+                   f"{fmt(sample.get('repeated_8gram_share'))}, longest repeated substring "
+                   f"{fmt(sample.get('longest_repeated_substring'))} chars, longest run of one character "
+                   f"{fmt(sample.get('longest_char_run'))}</p>")
+    return out
+
+
+def config_section(run: RunFiles) -> list[str]:
+    out = ["<h2>Config and fingerprints</h2>"]
+    report = run.preflight or {}
+    if report.get("config"):
+        out.append("<p>What the gate binds (from the preflight report):</p>"
+                   f"<pre>{escape(json.dumps(report['config'], indent=1, ensure_ascii=False))}</pre>")
+    fingerprints = report.get("fingerprints")
+    if fingerprints:
+        code = fingerprints.get("code", {})
+        short = {k: v for k, v in fingerprints.items() if k != "code"}
+        short["code"] = code.get("digest")
+        out.append(f"<pre>{escape(json.dumps(short, indent=1, ensure_ascii=False))}</pre>")
+        if code.get("files"):
+            out.append("<details><summary>code files</summary><pre>" + escape(
+                "\n".join(f"{sha[:16]}  {name}" for name, sha in sorted(code["files"].items()))) + "</pre></details>")
+    if run.params:
+        out.append("<details><summary>params.yaml</summary><pre>" +
+                   escape(json.dumps(run.params, indent=1, ensure_ascii=False)) + "</pre></details>")
+    return out
+
+
+def metrics_table(run: RunFiles) -> str:
+    metrics = decision_metrics(run)
+    rows = [[f"<code>{key}</code>", escape(DECISION_METRICS[key][0]), ("num", fmt(value))] for key, value in metrics.items()]
+    if run.evaluation:
+        rows.append(["baseline", "random baseline: log2 of the vocabulary size, bits per character",
+                     ("num", fmt(run.evaluation["baseline_bpc"]))])
+    return table(["metric", "what", "value"], rows)
+
+
+def run_page(run: RunFiles) -> str:
+    body = [f"<h1>minigpt run report: {escape(run.name)}</h1>",
+            '<p class="muted">One self-contained file: no script, nothing loaded from the network.</p>',
+            "<h2>Decision metrics</h2>", metrics_table(run)]
+    for section in (preflight_section, training_section, evaluation_section, samples_section, config_section):
+        body.extend(section(run))
+    return page(f"minigpt run report: {run.name}", body)

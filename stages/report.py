@@ -1,0 +1,24 @@
+"""Stage report: the run's decision metrics (reports/metrics.json, the only DVC metrics file) and its offline
+HTML page (reports/report.html) from the reports the earlier stages wrote."""
+
+from pathlib import Path
+
+from minigpt.io_utils import atomic_write_json, atomic_write_text
+from minigpt.paths import REPORT_HTML, RUN_METRICS
+from minigpt.report.decision import decision_metrics
+from minigpt.report.run_files import load_run, workspace_reader
+from minigpt.report.run_page import run_page
+from minigpt.stage import stage_main
+
+
+def run(params):
+    files = load_run("workspace", workspace_reader(Path(".")))
+    metrics = decision_metrics(files)
+    atomic_write_json(RUN_METRICS, metrics)
+    atomic_write_text(REPORT_HTML, run_page(files))
+    print("[report] " + ", ".join(f"{k} {v}" for k, v in metrics.items()))
+    print(f"[report] wrote {RUN_METRICS} and {REPORT_HTML} (open it from disk: no network needed)")
+
+
+if __name__ == "__main__":
+    raise SystemExit(stage_main("report", run))

@@ -1,0 +1,131 @@
+"""The decision metrics, the run's offline page and the comparison page: their content, and what a real browser
+does with them (no request leaves the machine, no console error, the curves are drawn, a refused run shows why)."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from minigpt.report.compare import compare_page, differing_params
+from minigpt.report.decision import DECISION_METRICS, decision_metrics
+from minigpt.report.run_files import RunFiles, load_run, workspace_reader
+from minigpt.report.svg import Series, line_chart, log_ticks, nice_ticks
+
+from helpers import REPO_ROOT
+from helpers.browser import coloured_pixels, visit
+from helpers.pipeline_fixture import copy_project, recompose
+
+FAST = ["train.max_steps=40", "train.warmup_steps=5", "train.eval_every=10", "train.eval_batches=2",
+        "train.sample_length=0", "generate.max_new_tokens=40"]
+
+
+def run_stages(root, *names):
+    for name in names:
+        result = subprocess.run([sys.executable, str(REPO_ROOT / "stages" / f"{name}.py")], cwd=root,
+                                capture_output=True, text=True)
+        if result.returncode:
+            return result
+    return result
+
+
+@pytest.fixture(scope="module")
+def finished_run(encoded_project, tmp_path_factory):
+    """One run through preflight, train, evaluate, generate and report (shared: the tests only read it)."""
+    root, source = encoded_project
+    root = copy_project(root, tmp_path_factory.mktemp("finished") / "project")
+    recompose(root, source, FAST)
+    result = run_stages(root, "preflight", "train", "evaluate", "generate", "report")
+    assert result.returncode == 0, result.stderr
+    return root
+
+
+def test_the_report_stage_writes_the_decision_metrics_alone_and_the_page(finished_run):
+    root = finished_run
+    metrics = json.loads((root / "reports/metrics.json").read_text())
+    assert list(metrics) == list(DECISION_METRICS), "every decision metric, in the declared order, nothing else"
+    evaluation = json.loads((root / "reports/evaluation.json").read_text())
+    assert metrics["val_bpc"] == round(evaluation["val"]["bpc"], 4)
+    assert metrics["gap_bpc"] == round(evaluation["generalization_gap"] / math.log(2), 4)
+    assert metrics["best_step"] in (10, 20, 30, 40)
+    assert all(isinstance(v, (int, float)) for v in metrics.values()), "no strings among the metrics"
+    html = (root / "reports/report.html").read_text()
+    assert "<script" not in html and " src=" not in html and " href=" not in html, "nothing to load"
+    assert html.count('<svg xmlns="http://www.w3.org/2000/svg" class="chart"') == 4
+    for heading in ("Decision metrics", "Preflight", "Training", "Evaluation", "Samples", "Config and fingerprints"):
+        assert f"<h2>{heading}</h2>" in html
+
+
+def test_a_refused_run_gets_a_page_that_names_the_failing_check(project):
+    root, source = project
+    recompose(root, source, FAST + ["train.lr=1.0"])
+    assert run_stages(root, "preflight").returncode == 1
+    result = subprocess.run([sys.executable, "-m", "minigpt.report", "run"], cwd=root, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    html = (root / "reports/report.html").read_text()
+    assert "Preflight failed: lr_stability" in html and '<tr class="failed-row">' in html
+    assert "no training log (training did not run)" in html
+    run = load_run("refused", workspace_reader(root))
+    assert list(decision_metrics(run)) == ["check_s"], "a refused run has nothing else to compare"
+    assert run.preflight_passed is False and [c["name"] for c in run.failed_checks] == ["lr_stability"]
+
+
+def test_pages_in_a_real_browser_load_nothing_log_no_error_and_draw_the_curves(finished_run, tmp_path):
+    root = finished_run
+    seen = visit(root / "reports/report.html")
+    assert seen.requests == [(root / "reports/report.html").resolve().as_uri()], "only the page itself is read"
+    assert seen.console_errors == []
+    assert len(seen.chart_screenshots) == 4
+    assert all(coloured_pixels(png) > 300 for png in seen.chart_screenshots), "every chart draws its series"
+    assert "val_bpc" in seen.text and "Preflight passed" in seen.text
+
+    refused = tmp_path / "refused"
+    refused.mkdir()
+    (refused / "reports").mkdir()
+    (refused / "reports/debug_report.json").write_text(
+        json.dumps(_failed_report("lr_stability", "at lr 1 the loss rose from 4.8 to 9.1")))
+    runs = [load_run("lr=0.003", workspace_reader(root)), load_run("lr=1.0", workspace_reader(refused))]
+    page = tmp_path / "compare.html"
+    page.write_text(compare_page(runs))
+    seen = visit(page)
+    assert seen.requests == [page.resolve().as_uri()] and seen.console_errors == []
+    assert any(coloured_pixels(png) > 300 for png in seen.chart_screenshots)
+    assert any("lr_stability" in row and "at lr 1 the loss rose" in row for row in seen.failed_rows), seen.failed_rows
+    assert "refused" in seen.text
+
+
+def test_a_chart_without_its_series_counts_as_blank_in_the_browser(tmp_path):
+    """The pixel test above can fail: the same chart with no drawable point has no coloured pixel."""
+    from minigpt.report.html import page
+
+    path = tmp_path / "blank.html"
+    path.write_text(page("blank", [line_chart("loss", [Series("train", [(1, float("nan"))])], "step", "loss")]))
+    seen = visit(path)
+    assert len(seen.chart_screenshots) == 1 and coloured_pixels(seen.chart_screenshots[0]) == 0
+
+
+def _failed_report(check: str, message: str) -> dict:
+    return {"passed": False, "failed": [check], "checks": [
+        {"name": "environment", "status": "passed", "measured": {}, "threshold": "informational", "seconds": 0.0},
+        {"name": check, "status": "failed", "measured": {"lr": 1.0}, "threshold": "finite; no sustained rise",
+         "seconds": 0.4, "message": message, "likely_causes": ["learning rate too high"]}]}
+
+
+def test_the_comparison_marks_the_best_value_and_lists_only_differing_params():
+    def run(name, val_bpc, lr):
+        return RunFiles(name=name, params={"train": {"lr": lr, "seed": 1}},
+                        evaluation={"val": {"bpc": val_bpc}, "test": {"bpc": val_bpc}, "generalization_gap": 0.01},
+                        train={"best_step": 10, "train_seconds": 5.0, "tokens_per_sec_median": 1000.0})
+    runs = [run("a", 3.2, 0.001), run("b", 2.9, 0.003), run("c", 3.0, 0.01)]
+    assert differing_params(runs) == [("train.lr", [0.001, 0.003, 0.01])]
+    html = compare_page(runs)
+    val_row = next(line for line in html.split("<tr>") if "<code>val_bpc</code>" in line)
+    assert val_row.count('class="num best"') == 1 and '<td class="num best">2.9000</td>' in val_row
+
+
+def test_chart_ticks_and_non_finite_points():
+    assert nice_ticks(0, 1) == [0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    assert [round(10 ** t, 6) for t in log_ticks(0, 1)] == [1, 2, 5, 10]
+    svg = line_chart("loss", [Series("train", [(1, 2.0), (2, float("nan")), (3, 1.5)])], "step", "loss")
+    assert svg.count("<polyline") == 1 and "nan" not in svg.split("points=")[1]
