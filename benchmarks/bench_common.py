@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -24,6 +25,39 @@ def model_preset(name: str, vocab: int) -> MiniGPTConfig:
 def flops_per_token(config: MiniGPTConfig, params: int) -> float:
     """Training FLOPs per token: 6 x parameters, plus attention scores and values (12 x layers x T x width)."""
     return 6 * params + 12 * config.num_layers * config.block_size * config.embedding_dim
+
+
+ISA_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
+
+
+def machine_label() -> dict:
+    """The CPU every figure is measured on: model name and the ISA flags that decide bf16 speed (Linux
+    /proc/cpuinfo), so figures of different machines are never mixed."""
+    import platform
+
+    import torch
+
+    cpu, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and cpu in ("", platform.machine(), platform.processor()):
+                cpu = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    except OSError:
+        pass
+    return {"cpu": cpu, "isa": [f for f in ISA_FLAGS if f in flags], "cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "platform": platform.platform()}
+
+
+def machine_kind(label: dict) -> str:
+    """A short name for the machine's kind: 'AMX' or 'AVX512_BF16, no AMX' or 'no bf16 instructions'."""
+    if "amx_bf16" in label["isa"]:
+        return f"{label['cpu']} (AMX)"
+    if "avx512_bf16" in label["isa"]:
+        return f"{label['cpu']} (AVX512_BF16, no AMX)"
+    return f"{label['cpu']} (no bf16 instructions)"
 
 
 DATA_STAGES = ("fetch", "clean", "tokenizer", "encode")

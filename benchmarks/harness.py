@@ -31,8 +31,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bench_common import (ROOT, compose_project, flops_per_token, model_preset, prepare_project,  # noqa: E402
-                          synthetic_corpus)  # (bench_common also puts the repo on sys.path)
+from bench_common import (ROOT, compose_project, flops_per_token, machine_kind, machine_label,  # noqa: E402
+                          model_preset, prepare_project, synthetic_corpus)  # (bench_common also puts the repo on sys.path)
 from minigpt import model as model_module  # noqa: E402
 from minigpt.cleaning import clean_splits  # noqa: E402
 from minigpt.config import CleanConfig  # noqa: E402
@@ -333,7 +333,7 @@ def main() -> None:
     args = parser.parse_args()
     rounds = 1 if args.smoke else 5
     vocab = 119  # wt2-mini's vocabulary
-    result = {"machine": {"platform": platform.platform(), "processor": platform.processor(), "python": platform.python_version(),
+    result = {"machine": {**machine_label(), "python": platform.python_version(),
                           "torch": torch.__version__, "threads": torch.get_num_threads()},
               "smoke": args.smoke}
 
@@ -370,6 +370,10 @@ def main() -> None:
     result["dvc"] = noop_repro(scratch, corpus, 1 if args.smoke else 3)
     shutil.rmtree(scratch, ignore_errors=True)
 
+    kind = machine_kind(result["machine"])  # on every row: figures of two machines are never mixed
+    for rows in [t["rows"] for t in result["training"]] + [result["gemm_bound"]["rows"], result["evaluation"]["rows"]]:
+        for row in rows:
+            row["machine"] = kind
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print_table(result)
@@ -378,7 +382,8 @@ def main() -> None:
 
 def print_table(r: dict) -> None:
     m = r["machine"]
-    print(f"machine: {m['platform']}, torch {m['torch']}, {m['threads']} threads{'  (SMOKE: not timings)' if r['smoke'] else ''}")
+    print(f"machine: {machine_kind(m)}, {m['cores']} cores, torch {m['torch']}, {m['torch_threads']} threads"
+          f"{'  (SMOKE: not timings)' if r['smoke'] else ''}")
     print(f"peak matmul: fp32 {r['peak_flops']['fp32'] / 1e9:,.0f} GFLOP/s, bf16 {r['peak_flops']['bf16'] / 1e9:,.0f} GFLOP/s")
     for t in r["training"]:
         print(f"\ntraining, {t['preset']} ({t['parameters']:,} parameters, batch {t['batch']} x {t['block_size']})")

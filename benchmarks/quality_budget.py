@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ import torch
 from bench_common import (  # noqa: E402  (also puts the repo on sys.path)
     ROOT,
     clear_checkpoints,
+    machine_label,
     compose_project,
     prepare_project,
     synthetic_corpus,
@@ -111,7 +111,7 @@ def main() -> None:
         print(f"== {name}: {' '.join(overrides)}", flush=True)
         results.append(one_run(name, overrides, args.work, args.corpus))
         print_table(results)
-    out = {"machine": {"platform": platform.platform(), "torch": torch.__version__, "threads": torch.get_num_threads()},
+    out = {"machine": machine_label(),
            "corpus": str(args.corpus), "runs": results}
     args.out.write_text(json.dumps(out, indent=2))
     print(f"\nwrote {args.out}")

@@ -104,7 +104,8 @@ class TrainConfig(Section):
     sample_prompt: str = _must("a non-empty string", min_length=1)
     sample_length: int = _must(">= 0", ge=0)
     device: Literal["auto", "cpu", "cuda", "mps"]
-    precision: Literal["fp32", "bf16"]
+    # auto: preflight times fp32 and bf16 steps of this model and the run uses the faster (the gate binds it)
+    precision: Literal["fp32", "bf16", "auto"]
     compile: bool
     resume_from: Optional[str]
 
@@ -136,7 +137,7 @@ class PreflightConfig(Section):
 class EvaluateConfig(Section):
     stride: Optional[int] = _must(">= 1 and <= model.block_size (or null for block_size // 2)", ge=1)
     batch_size: int = _must(">= 1", ge=1)
-    precision: Literal["fp32", "bf16"]
+    precision: Literal["fp32", "bf16", "auto"]
 
 
 class GenerateConfig(Section):
@@ -168,6 +169,12 @@ class Params(Section):
 
     def section_dict(self, name: str) -> dict[str, Any]:
         return getattr(self, name).model_dump()
+
+    def with_train_precision(self, choice: str) -> "Params":
+        """These params with train.precision set to a resolved choice (fp32 or bf16) instead of auto."""
+        if self.train.precision == choice:
+            return self
+        return self.model_copy(update={"train": self.train.model_copy(update={"precision": choice})})
 
 
 # pydantic error types that mean "right type, value out of its rule" (the rest mean a wrong type)

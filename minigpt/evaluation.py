@@ -14,6 +14,7 @@ from minigpt.checkpoint import load_checkpoint, model_from_checkpoint, require_t
 from minigpt.encoding import load_ids
 from minigpt.errors import MinigptError
 from minigpt.paths import BEST_CHECKPOINT, ENCODED_DIR, TOKENIZER_FILE
+from minigpt.precision_choice import choose_evaluation_precision
 from minigpt.runtime import autocast_for, select_device
 from minigpt.tokenizer import CharTokenizer
 
@@ -91,7 +92,9 @@ def evaluate_checkpoint(params, root, checkpoint_path=None) -> dict:
     stride = params.evaluate.stride or max(1, block // 2)
     if stride > block:
         raise MinigptError(f"'evaluate.stride' = {stride} exceeds the checkpoint's block_size {block}.")
-    score = lambda ids: score_split(model, ids, stride, params.evaluate.batch_size, device, params.evaluate.precision)  # noqa: E731
+    # evaluate.precision auto: the faster forward pass of this model on this machine, timed here
+    precision = choose_evaluation_precision(model, params.evaluate.precision, params.evaluate.batch_size, device)
+    score = lambda ids: score_split(model, ids, stride, params.evaluate.batch_size, device, precision["choice"])  # noqa: E731
     val_ids, test_ids = load_ids(root / ENCODED_DIR, "val"), load_ids(root / ENCODED_DIR, "test")
     val, test = score(val_ids), score(test_ids)
     # the same number of tokens from the start of train, to measure the generalisation gap
@@ -111,6 +114,7 @@ def evaluate_checkpoint(params, root, checkpoint_path=None) -> dict:
         "baseline_bpc": baseline / math.log(2),
         "stride": stride,
         "min_context": block - stride + 1,
+        "precision": precision,
         "best_step": checkpoint.get("best_step", checkpoint.get("step")),
         "train_seconds": checkpoint.get("elapsed_s"),
         "checkpoint": str(path),

@@ -52,6 +52,17 @@ def current_fingerprints(params: Params, root: Path = Path(".")) -> dict:
             "code": code_fingerprint()}
 
 
+def run_params(params: Params, report: dict, path: Path = Path(DEBUG_REPORT)) -> Params:
+    """The params the gated run uses: train.precision auto resolved to the choice the report made (and binds)."""
+    if params.train.precision != "auto":
+        return params
+    choice = (report.get("precision") or {}).get("choice")
+    if choice not in ("fp32", "bf16"):
+        raise GateError(f"{path}: train.precision is auto but the report holds no precision choice; rerun preflight "
+                        "(`dvc repro preflight`) to time fp32 and bf16 on this machine.")
+    return params.with_train_precision(choice)
+
+
 def verify_gate(params: Params, root: Path = Path("."), report_path: Path | None = None) -> dict:
     """Refuse training unless the report passed and is bound to exactly the current data, configuration and code."""
     path = report_path or root / DEBUG_REPORT
@@ -65,6 +76,7 @@ def verify_gate(params: Params, root: Path = Path("."), report_path: Path | None
         raise GateError(f"{path}: the report does not match its digest: it was edited by hand. {refresh}")
     if not report.get("passed"):
         raise GateError(f"{path}: preflight failed ({', '.join(report.get('failed') or ['?'])}); fix that, then rerun preflight. {refresh}")
+    params = run_params(params, report, path)
     now = current_fingerprints(params, root)
     then = report.get("fingerprints") or {}
     stale = [f"encoded {s}" for s in SPLITS if (then.get("encoded") or {}).get(s) != now["encoded"][s]]

@@ -33,7 +33,7 @@ from minigpt.code_binding import code_fingerprint
 from minigpt.config import Params
 from minigpt.encoding import load_split
 from minigpt.errors import ConfigError, DataError, MinigptError
-from minigpt.gate import verify_gate
+from minigpt.gate import run_params, verify_gate
 from minigpt.io_utils import atomic_write_json, remove_stale_temp_files
 from minigpt.model import MiniGPT, MiniGPTConfig
 from minigpt.nonfinite import NonFiniteTracker
@@ -47,6 +47,7 @@ from minigpt.paths import (
     TRAIN_LOG,
     TRAIN_SUMMARY,
 )
+from minigpt.precision_choice import choose_training_precision
 from minigpt.resume import (
     find_resume_checkpoint,
     restore_rng,
@@ -140,7 +141,16 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
     ddp = runtime.init_distributed(cfg.device)
     say = out if ddp.main else (lambda _msg: None)
     if require_gate:
-        verify_gate(params, root)
+        report = verify_gate(params, root)
+        if params.train.precision == "auto":
+            params = run_params(params, report)
+            timing = report["precision"]
+            how = (f"preflight timed fp32 {timing['fp32_tokens_per_s']:,.0f} and bf16 {timing['bf16_tokens_per_s']:,.0f} "
+                   "tokens/s on this machine") if "fp32_tokens_per_s" in timing else timing.get("reason", "")
+            say(f"[train] precision auto: {params.train.precision} ({how})")
+    elif params.train.precision == "auto":
+        params = _choose_precision_ungated(params, root, ddp, say)
+    cfg = params.train
     if cfg.batch_size % ddp.world:
         raise ConfigError(f"'train.batch_size' = {cfg.batch_size} must be divisible by the {ddp.world} processes")
     if ddp.main:
@@ -152,6 +162,16 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
                 say(f"[train] removed {stale}, left by a checkpoint write that was killed half-way")
         run = _prepare(params, root, ddp, say, model_factory)
         return _loop(run, stop)
+
+
+def _choose_precision_ungated(params: Params, root: Path, ddp: Dist, say) -> Params:
+    """train.precision auto without a preflight report: time both here (every rank trains in bf16 if any chose it)."""
+    vocab = CharTokenizer.load(root / TOKENIZER_FILE).vocab_size
+    device = runtime.rank_device(params.train.device, ddp)
+    timing = choose_training_precision(params, vocab, device)
+    choice = "bf16" if runtime.any_rank(timing["choice"] == "bf16", ddp, device) else "fp32"
+    say(f"[train] precision auto: {choice} ({', '.join(f'{k} {v}' for k, v in timing.items() if k != 'configured')})")
+    return params.with_train_precision(choice)
 
 
 def _prepare(params: Params, root: Path, ddp: Dist, say, model_factory) -> Run:

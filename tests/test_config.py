@@ -39,7 +39,7 @@ def test_time_budget_presets_compose_to_clock_limited_runs(tmp_path, preset, sec
     out = tmp_path / "params.yaml"
     compose_params(out, REPO_ROOT / "conf", [f"experiment={preset}"])
     params = load_params(out)
-    assert params.train.max_seconds == seconds and params.train.precision == "bf16"
+    assert params.train.max_seconds == seconds and params.train.precision == "auto"
     tokens = params.train.max_steps * params.train.batch_size * params.model.block_size
     assert tokens / 100_000 > 10 * seconds, "even at 100k tokens/s (3x this CPU's fastest) the clock must end the run"
 
@@ -60,7 +60,7 @@ def test_committed_params_validate():
         ("model", "block_size", 0, "'model.block_size' = 0 is invalid; it must be >= 1"),
         ("model", "num_layers", 2.5, "'model.num_layers' = 2.5 has the wrong type"),
         ("model", "num_heads", 3, "not divisible by 'model.num_heads' = 3; allowed num_heads for this width: 1, 2, 4, 8"),
-        ("train", "precision", "fp16", "expected one of 'fp32', 'bf16'"),
+        ("train", "precision", "fp16", "expected one of 'fp32', 'bf16', 'auto'"),
         ("train", "compile", 1, "'train.compile' = 1 has the wrong type"),
         ("train", "max_seconds", 0, "'train.max_seconds' = 0 is invalid; it must be > 0 (or null for no time limit)"),
         ("clean", "unicode_form", "NFX", "one of 'NFC', 'NFKC', 'NFD', 'NFKD', 'none'"),

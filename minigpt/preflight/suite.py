@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from minigpt import precision_choice
 from minigpt.checks import Check, CheckResult, Context, run_checks
 from minigpt.config import Params
 from minigpt.errors import MinigptError
@@ -32,7 +33,7 @@ SUMMARY_FIELDS = ("tokenizer_fingerprint", "vocab_size", "token_range", "batch_s
 CHECKS: tuple[Check, ...] = data_checks.CHECKS + model_checks.CHECKS + training_checks.CHECKS
 
 
-def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict) -> dict:
+def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict, precision: dict) -> dict:
     env = next((r.measured for r in results if r.name == "environment"), {})
     total = sum(r.seconds for r in results)
     report = {
@@ -45,6 +46,8 @@ def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict) -
         "seconds": {"total": round(total, 3),
                     "without_overfit": round(total - sum(r.seconds for r in results if r.name == "single_batch_overfit"), 3)},
         "config": gated_config(ctx.params),
+        # how train.precision was chosen: as configured, or (auto) both timings on this machine and the faster
+        "precision": precision,
         "fingerprints": fingerprints,
     }
     report["report_digest"] = canonical_json_digest(report)
@@ -60,18 +63,21 @@ def run_preflight(params: Params, root: Path = Path("."), report_path: Path | No
     """Run every check on the real artifacts under root, write the report atomically, return it."""
     report_path = report_path or root / DEBUG_REPORT
     discard_report(report_path)
-    # bound before the checks run: the report vouches for the data, config and code that were checked
-    fingerprints = current_fingerprints(params, root)
     device = select_device(params.train.device)
     tokenizer_vocab = None
     try:
         tokenizer_vocab = CharTokenizer.load(root / TOKENIZER_FILE).vocab_size
     except MinigptError:
         pass
+    # train.precision: auto becomes fp32 or bf16 here; every check then runs, and the report binds, that choice
+    precision = precision_choice.choose_training_precision(params, tokenizer_vocab or 1, device)
+    params = params.with_train_precision(precision["choice"])
+    # bound before the checks run: the report vouches for the data, config and code that were checked
+    fingerprints = current_fingerprints(params, root)
     model_config = MiniGPTConfig.from_params(params.model, tokenizer_vocab or 1)
     ctx = Context(params=params, root=root, device=device, model_config=model_config, **context_overrides)
     torch.manual_seed(params.preflight.seed)
     results = run_checks(ctx, CHECKS)
-    report = build_report(ctx, results, fingerprints)
+    report = build_report(ctx, results, fingerprints, precision)
     atomic_write_json(report_path, report)
     return report

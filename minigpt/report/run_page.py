@@ -12,6 +12,21 @@ from minigpt.report.run_files import RunFiles
 from minigpt.report.svg import Series, line_chart
 
 
+def precision_line(what: str, record: dict | None) -> str:
+    """How a precision was chosen: as configured, or (auto) both timings on the machine and the faster."""
+    if not record:
+        return ""
+    text = f"{what}: <b>{escape(str(record.get('choice')))}</b>"
+    if "fp32_tokens_per_s" in record:
+        text += (f" (auto: fp32 {fmt(record['fp32_tokens_per_s'])} and bf16 {fmt(record['bf16_tokens_per_s'])} "
+                 f"tokens/s measured here, batch {escape(str(record.get('batch')))}, {fmt(record.get('seconds'), 1)} s)")
+    elif record.get("configured") == "auto":
+        text += f" (auto: {escape(str(record.get('reason', '')))})"
+    else:
+        text += " (as configured)"
+    return f"<p>{text}</p>"
+
+
 def preflight_section(run: RunFiles) -> list[str]:
     if run.preflight is None:
         return ["<h2>Preflight</h2>", '<p class="muted">no preflight report (preflight has not run)</p>']
@@ -24,6 +39,7 @@ def preflight_section(run: RunFiles) -> list[str]:
         banner = (f'<div class="banner failed"><span class="failed">Preflight failed: {escape(names)}</span>. '
                   "The gate refused to train this run.</div>")
     rows, classes = [], []
+    banner += precision_line("training precision", report.get("precision"))
     for i, check in enumerate(report.get("checks", []), 1):
         status = check.get("status", "?")
         detail = escape(check.get("message", ""))
@@ -74,7 +90,7 @@ def evaluation_section(run: RunFiles) -> list[str]:
             f"<p>Every target token of each split scored once (stride {ev.get('stride')}, at least "
             f"{ev.get('min_context')} characters of context), checkpoint <code>{escape(str(ev.get('checkpoint')))}</code>, "
             f"best step {fmt(ev.get('best_step'))}. Generalisation gap (val − train slice): "
-            f"{fmt(ev.get('generalization_gap'))} nats.</p>",
+            f"{fmt(ev.get('generalization_gap'))} nats.</p>", precision_line("evaluation precision", ev.get("precision")),
             table(["split", "loss (nats/char)", "bits/char", "perplexity", "tokens"], rows)]
 
 

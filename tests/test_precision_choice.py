@@ -1,0 +1,91 @@
+"""precision: auto — preflight times fp32 and bf16 steps of the run's model on this machine, the report records
+both and the choice, the gate binds the choice, train uses exactly it; evaluation chooses its own the same way."""
+
+import pytest
+import torch
+
+from minigpt import precision_choice
+from minigpt.gate import GateError, verify_gate
+from minigpt.model import MiniGPT
+from minigpt.preflight.suite import run_preflight
+from minigpt.training import train
+
+from helpers.pipeline_fixture import recompose
+from helpers.tiny_models import small_config
+
+FAST = ["train.max_steps=20", "train.warmup_steps=5", "train.eval_every=10", "train.eval_batches=2",
+        "train.sample_length=0", "preflight.overfit_steps=30", "preflight.overfit_threshold=5.0"]
+
+
+def force(monkeypatch, fp32_s: float, bf16_s: float, calls: list | None = None):
+    """Make the timing report these seconds per step (the real timing is exercised by the first test)."""
+    def timed(run_once, device):
+        if calls is not None:
+            calls.append(run_once)
+        return {"fp32": fp32_s, "bf16": bf16_s}
+    monkeypatch.setattr(precision_choice, "_interleaved", timed)
+
+
+def test_auto_times_both_precisions_and_the_report_binds_the_faster(project):
+    root, source = project
+    params = recompose(root, source, FAST + ["train.precision=auto"])
+    report = run_preflight(params, root)
+    timing = report["precision"]
+    assert timing["configured"] == "auto" and timing["choice"] in ("fp32", "bf16")
+    assert timing["fp32_tokens_per_s"] > 0 and timing["bf16_tokens_per_s"] > 0
+    faster = "bf16" if timing["bf16_tokens_per_s"] > timing["fp32_tokens_per_s"] else "fp32"
+    assert timing["choice"] == faster and report["config"]["train"]["precision"] == faster
+    assert report["passed"], report["failed"]
+    verify_gate(params, root)  # params still say auto: the gate reads the choice from the report
+    assert train(params, root, out=lambda _m: None)["precision"] == faster
+
+
+@pytest.mark.parametrize("fp32_s,bf16_s,expected", [(2.0, 1.0, "bf16"), (1.0, 2.0, "fp32")])
+def test_train_runs_in_exactly_the_precision_preflight_chose(project, monkeypatch, fp32_s, bf16_s, expected):
+    root, source = project
+    force(monkeypatch, fp32_s, bf16_s)
+    params = recompose(root, source, FAST + ["train.precision=auto"])
+    report = run_preflight(params, root)
+    assert report["precision"]["choice"] == expected and report["precision"]["bf16_vs_fp32"] == fp32_s / bf16_s
+    assert report["passed"], report["failed"]
+    messages = []
+    summary = train(params, root, out=messages.append)
+    assert summary["precision"] == expected
+    assert any(m.startswith(f"[train] precision auto: {expected} (preflight timed") for m in messages)
+
+
+def test_an_explicit_precision_is_used_as_configured_without_timing(project, monkeypatch):
+    root, source = project
+    calls = []
+    force(monkeypatch, 2.0, 1.0, calls)
+    params = recompose(root, source, FAST + ["train.precision=fp32"])
+    report = run_preflight(params, root)
+    assert report["precision"] == {"configured": "fp32", "choice": "fp32"} and calls == []
+
+
+def test_the_gate_refuses_a_report_whose_choice_differs_from_an_explicit_precision(project, monkeypatch):
+    root, source = project
+    force(monkeypatch, 2.0, 1.0)
+    run_preflight(recompose(root, source, FAST + ["train.precision=auto"]), root)
+    explicit = recompose(root, source, FAST + ["train.precision=fp32"])
+    with pytest.raises(GateError, match=r"config \(train.precision\)"):
+        verify_gate(explicit, root)
+
+
+def test_without_a_report_an_auto_run_times_the_precisions_itself(project, monkeypatch):
+    root, source = project
+    force(monkeypatch, 2.0, 1.0)
+    params = recompose(root, source, FAST + ["train.precision=auto"])
+    messages = []
+    assert train(params, root, require_gate=False, out=messages.append)["precision"] == "bf16"
+    assert any(m.startswith("[train] precision auto: bf16") for m in messages)
+
+
+def test_evaluation_chooses_its_precision_from_its_own_forward_passes(monkeypatch):
+    model = MiniGPT(small_config()).eval()
+    cpu = torch.device("cpu")
+    assert precision_choice.choose_evaluation_precision(model, "bf16", 4, cpu) == {"configured": "bf16", "choice": "bf16"}
+    timing = precision_choice.choose_evaluation_precision(model, "auto", 4, cpu)  # real timing
+    assert timing["choice"] in ("fp32", "bf16") and timing["fp32_tokens_per_s"] > 0
+    force(monkeypatch, 1.0, 3.0)
+    assert precision_choice.choose_evaluation_precision(model, "auto", 4, cpu)["choice"] == "fp32"
