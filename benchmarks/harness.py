@@ -272,7 +272,8 @@ def noop_repro(scratch: Path, corpus: Path, rounds: int) -> dict:
     """A copy of the working tree's tracked files as a fresh git repo; the whole DAG at debug scale once,
     then `dvc repro` with nothing changed, timed (DVC hashes deps and params and finds nothing to run)."""
     repo = scratch / "repo"
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    tracked = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                             capture_output=True, check=True).stdout.decode().split("\0")
     for name in filter(None, tracked):
         if (ROOT / name).is_file():
             (repo / name).parent.mkdir(parents=True, exist_ok=True)
@@ -322,6 +323,44 @@ def evaluation_speed(preset: str, vocab: int, tokens: int, rounds: int, batch: i
     return {"preset": preset, "tokens": tokens, "stride": stride, "batch": batch, "rows": rows}
 
 
+def generate_recompute(model, ids, new_tokens: int, settings, generator):
+    """The way before the KV cache (and the guide's): a full forward pass over the cropped window per token."""
+    from minigpt.sampling import next_token_logits
+
+    block = model.config.block_size
+    with torch.no_grad():
+        for _ in range(new_tokens):
+            context = ids[:, -block:]
+            logits, _ = model(context)
+            scores = next_token_logits(logits[:, -1, :], context, settings)
+            ids = torch.cat([ids, torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator)], dim=1)
+    return ids
+
+
+def generation_speed(preset: str, vocab: int, new_tokens: int, rounds: int) -> dict:
+    """Sampling tokens/s of one prompt (batch 1, fp32, the generate stage's settings), recomputing the window per
+    token against the KV cache, interleaved round by round."""
+    from minigpt.sampling import SamplingSettings
+
+    config = model_preset(preset, vocab)
+    torch.manual_seed(0)
+    model = MiniGPT(config).eval()
+    prompt = torch.randint(0, vocab, (1, 60))
+    settings = SamplingSettings(0.8, 40, 0.95, 1.0)
+    ways = {"recompute the window per token (before)": lambda: generate_recompute(
+                model, prompt, new_tokens, settings, torch.Generator().manual_seed(1)),
+            "KV cache": lambda: list(model.generate_stream(prompt, new_tokens, settings, torch.Generator().manual_seed(1)))}
+    times = {name: [] for name in ways}
+    for _ in range(rounds):
+        for name, run in ways.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    rows = [{"way": name, "tokens_per_sec": new_tokens / statistics.median(t)} for name, t in times.items()]
+    rows[1]["vs_before"] = rows[1]["tokens_per_sec"] / rows[0]["tokens_per_sec"]
+    return {"preset": preset, "block_size": config.block_size, "prompt": 60, "new_tokens": new_tokens, "rows": rows}
+
+
 # ---------------------------------------------------------------------------------------------- table
 
 def main() -> None:
@@ -361,6 +400,7 @@ def main() -> None:
     big = result["training"][-1]
     result["evaluation"] = evaluation_speed(big["preset"], vocab, 2_000 if args.smoke else 60_000, rounds,
                                             64, big)  # evaluate.batch_size
+    result["generation"] = generation_speed(big["preset"], vocab, 20 if args.smoke else 300, rounds)
 
     work = scratch / "project"
     prepare_project(work, corpus)
@@ -371,7 +411,8 @@ def main() -> None:
     shutil.rmtree(scratch, ignore_errors=True)
 
     kind = machine_kind(result["machine"])  # on every row: figures of two machines are never mixed
-    for rows in [t["rows"] for t in result["training"]] + [result["gemm_bound"]["rows"], result["evaluation"]["rows"]]:
+    for rows in [t["rows"] for t in result["training"]] + [result["gemm_bound"]["rows"], result["evaluation"]["rows"],
+                                                          result["generation"]["rows"]]:
         for row in rows:
             row["machine"] = kind
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -403,6 +444,11 @@ def print_table(r: dict) -> None:
     for row in e["rows"]:
         print(f"evaluation ({e['preset']}, stride {e['stride']}, batch {e['batch']}, {row['precision']}): "
               f"{row['tokens_per_sec']:,.0f} tokens/s = {row['vs_training']:.1f}x {row['precision']} training tokens/s")
+    g = r["generation"]
+    for row in g["rows"]:
+        print(f"generation ({g['preset']}, block {g['block_size']}, {g['new_tokens']} new tokens, batch 1, fp32), "
+              f"{row['way']}: {row['tokens_per_sec']:,.0f} tokens/s"
+              + (f" = {row['vs_before']:.1f}x" if "vs_before" in row else ""))
     p = r["preflight"]
     print(f"preflight: {p['preflight_s']:.1f}s, {p['without_overfit_s']:.1f}s without the overfit check = "
           f"{p['share_without_overfit']:.2%} of a production run ({p['production_run_s'] / 60:.0f} min at the bf16 rate)"

@@ -45,18 +45,18 @@ def load_for_generation(checkpoint_path: Path, root: Path, device: torch.device)
 
 def sample_chunks(model, tokenizer, prompt: str, settings: SamplingSettings, max_new_tokens: int, seed: int,
                   device: torch.device, chunk: int = STREAM_CHUNK):
-    """Yield the sampled text piece by piece. Each piece continues the same generator on the same cropped context,
-    so the pieces join to exactly what one call would sample."""
+    """Yield the sampled text piece by piece (every `chunk` characters) from one sampling stream, so the pieces
+    join to exactly what one call samples."""
     ids = torch.as_tensor(tokenizer.encode(prompt), dtype=torch.long, device=device)[None, :]
     generator = torch.Generator(device=device).manual_seed(seed)
-    done = 0
-    while done < max_new_tokens:
-        count = min(chunk, max_new_tokens - done)
-        out = model.generate(ids, count, settings.temperature, settings.top_k, generator, settings.top_p,
-                             settings.repetition_penalty)
-        yield tokenizer.decode(out[0, ids.shape[1]:].tolist())
-        ids = out[:, -model.config.block_size:]
-        done += count
+    pending: list[int] = []
+    for next_id in model.generate_stream(ids, max_new_tokens, settings, generator):
+        pending.append(int(next_id[0, 0]))
+        if len(pending) == chunk:
+            yield tokenizer.decode(pending)
+            pending = []
+    if pending:
+        yield tokenizer.decode(pending)
 
 
 def sample_text(model, tokenizer, prompt: str, settings: SamplingSettings, max_new_tokens: int, seed: int,

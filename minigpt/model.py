@@ -33,6 +33,16 @@ class MiniGPTConfig(ModelConfig):
         return cls(vocab_size=vocab_size, **model_params.model_dump())
 
 
+class KVCache:
+    """Keys and values of the positions a model has already seen, per block, for generation one token at a time.
+    Positions are absolute (0 .. block_size - 1): the cache holds at most block_size of them."""
+
+    def __init__(self, num_layers: int):
+        self.keys: list[torch.Tensor | None] = [None] * num_layers
+        self.values: list[torch.Tensor | None] = [None] * num_layers
+        self.length = 0
+
+
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> torch.Tensor:
     """Scaled dot-product attention where position t sees positions <= t only."""
     return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
@@ -47,12 +57,22 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(config.embedding_dim, config.embedding_dim)
         self.resid_drop = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
         batch, time, width = x.shape
         q, k, v = self.qkv(x).split(width, dim=2)
         # [B, T, C] -> [B, heads, T, head_dim]
         q, k, v = (t.view(batch, time, self.num_heads, width // self.num_heads).transpose(1, 2) for t in (q, k, v))
-        y = causal_attention(q, k, v, self.dropout if self.training else 0.0)
+        if cache is not None and cache.keys[layer] is not None:
+            if time != 1:
+                raise ValueError("a filled KV cache takes one new position at a time")
+            # one new position sees every cached one (all are in its past): no mask
+            k = torch.cat([cache.keys[layer], k], dim=2)
+            v = torch.cat([cache.values[layer], v], dim=2)
+            y = F.scaled_dot_product_attention(q, k, v)
+        else:
+            y = causal_attention(q, k, v, self.dropout if self.training else 0.0)
+        if cache is not None:
+            cache.keys[layer], cache.values[layer] = k, v
         y = y.transpose(1, 2).contiguous().view(batch, time, width)
         return self.resid_drop(self.proj(y))
 
@@ -78,8 +98,8 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(config.embedding_dim)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x))
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), cache, layer)
         return x + self.mlp(self.ln2(x))
 
 
@@ -112,15 +132,19 @@ class MiniGPT(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, inputs: torch.Tensor, targets: torch.Tensor | None = None):
-        """inputs [B, T] long -> (logits [B, T, V], mean cross-entropy over B*T or None)."""
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None):
+        """inputs [B, T] long -> (logits [B, T, V], mean cross-entropy over B*T or None). With a cache, inputs
+        continue the positions it holds (all of a prompt into an empty cache, then one position at a time)."""
         batch, time = inputs.shape
-        if time > self.config.block_size:
-            raise ValueError(f"sequence length {time} exceeds block_size {self.config.block_size}")
-        positions = torch.arange(time, device=inputs.device)
+        start = cache.length if cache is not None else 0
+        if start + time > self.config.block_size:
+            raise ValueError(f"sequence length {start + time} exceeds block_size {self.config.block_size}")
+        positions = torch.arange(start, start + time, device=inputs.device)
         x = self.drop(self.tok_emb(inputs) + self.pos_emb(positions))
-        for block in self.blocks:
-            x = block(x)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, cache, layer)
+        if cache is not None:
+            cache.length += time
         logits = self.head(self.ln_f(x))
         loss = None
         if targets is not None:
@@ -138,20 +162,41 @@ class MiniGPT(nn.Module):
         top_p: float = 1.0,
         repetition_penalty: float = 1.0,
     ) -> torch.Tensor:
-        """Append max_new_tokens sampled IDs to inputs [B, T]; context cropped to block_size, eval mode."""
+        """inputs [B, T] with max_new_tokens sampled IDs appended (eval mode; see generate_stream)."""
         settings = SamplingSettings(temperature, top_k, top_p, repetition_penalty)
+        return torch.cat([inputs, *self.generate_stream(inputs, max_new_tokens, settings, generator)], dim=1)
+
+    @torch.no_grad()
+    def generate_stream(self, inputs: torch.Tensor, max_new_tokens: int, settings: SamplingSettings,
+                        generator: torch.Generator | None = None):
+        """Yield the sampled IDs [B, 1] one at a time, with a KV cache: a new token costs one position, not a
+        forward pass over the whole window. Positions are absolute, so the window cannot slide one token at a time
+        under a cache: when it is full it restarts from its last block_size // 2 tokens (one forward pass), so a
+        token sees between block_size // 2 and block_size - 1 tokens of context once the text is longer than
+        the window (the prompt is cropped to the last block_size tokens)."""
         settings.validate(self.config.vocab_size, "sampling")
+        block = self.config.block_size
         was_training = self.training
         self.eval()
         try:
             out = inputs
-            for _ in range(max_new_tokens):
-                context = out[:, -self.config.block_size:]
-                logits, _ = self(context)
+            cache, logits = self._prefill(out[:, -block:])
+            for produced in range(1, max_new_tokens + 1):
                 # only the last position predicts the next token
-                logits = next_token_logits(logits[:, -1, :], context, settings)
-                next_id = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
+                scores = next_token_logits(logits[:, -1, :], out[:, -block:], settings)
+                next_id = torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator)
                 out = torch.cat([out, next_id], dim=1)
-            return out
+                yield next_id
+                if produced == max_new_tokens:
+                    break
+                if cache.length == block:  # the window is full: restart it from its second half
+                    cache, logits = self._prefill(out[:, -max(1, block // 2):])
+                else:
+                    logits, _ = self(next_id, cache=cache)
         finally:
             self.train(was_training)
+
+    def _prefill(self, context: torch.Tensor) -> tuple[KVCache, torch.Tensor]:
+        cache = KVCache(len(self.blocks))
+        logits, _ = self(context, cache=cache)
+        return cache, logits

@@ -10,6 +10,7 @@ from typing import Callable
 
 from minigpt.config import DEFAULT_PARAMS, Params, load_params
 from minigpt.errors import MinigptError
+from minigpt.thread_share import ThreadShare
 
 
 def stage_main(name: str, run: Callable[[Params], None], argv: list[str] | None = None) -> int:
@@ -18,7 +19,8 @@ def stage_main(name: str, run: Callable[[Params], None], argv: list[str] | None 
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
-        run(load_params(args.params))
+        with ThreadShare():  # this process's share of the cores while other minigpt processes run
+            run(load_params(args.params))
     except MinigptError as exc:
         code = getattr(exc, "exit_code", 1)  # a requested stop (Ctrl-C, SIGTERM) is not an error: 130 / 143
         print(f"[{name}] {'' if code != 1 else 'error: '}{exc}", file=sys.stderr)

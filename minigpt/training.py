@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from minigpt import batching, eval_loop, runtime, train_step
+from minigpt import batching, eval_loop, runtime, thread_share, train_step
 from minigpt.checkpoint import (
     CheckpointError,
     load_checkpoint,
@@ -58,6 +58,9 @@ from minigpt.run_control import RunLock, StopRequest, TrainingStopped
 from minigpt.run_log import RunLog, history_for_resume, write_curves
 from minigpt.runtime import Dist
 from minigpt.tokenizer import CharTokenizer
+
+
+REBALANCE_EVERY = 25  # steps between two looks at how many minigpt processes share the cores
 
 
 class TrainingDiverged(MinigptError):
@@ -241,6 +244,8 @@ def _loop(run: Run, stop: StopRequest) -> dict:
     run.model.train()
     try:
         for step in range(progress.step + 1, cfg.max_steps + 1):
+            if step % REBALANCE_EVERY == 1:
+                thread_share.rebalance()  # other minigpt processes started or ended: take this process's share
             started = time.perf_counter()
             lr = train_step.scheduled_lr(cfg, step, progress.elapsed_s / budget if budget else 0.0)
             inputs, targets = batching.get_batch(run.train_ids, per_rank_batch, block, device, run.batch_gen)

@@ -139,12 +139,12 @@ class StopsAtStep25(MiniGPT):
 
     calls = 0
 
-    def forward(self, inputs, targets=None):
+    def forward(self, inputs, targets=None, cache=None):
         if self.training:
             StopsAtStep25.calls += 1
             if StopsAtStep25.calls == 25:
                 raise RuntimeError("killed")
-        return super().forward(inputs, targets)
+        return super().forward(inputs, targets, cache)
 
 
 def test_explicit_resume_from_continues_across_a_code_change_and_says_so(project, code_copy):

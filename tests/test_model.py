@@ -5,7 +5,7 @@ import torch
 
 from minigpt.batching import get_batch
 from minigpt.config import ModelConfig
-from minigpt.model import MiniGPT, MiniGPTConfig
+from minigpt.model import KVCache, MiniGPT, MiniGPTConfig
 
 
 def config(**overrides):
@@ -46,22 +46,49 @@ def test_config_from_params_takes_vocab_from_tokenizer():
         config(embedding_dim=30)
 
 
-def test_generate_crops_context_samples_last_position_and_restores_mode(monkeypatch):
+def test_generate_costs_one_position_per_token_and_restarts_a_full_window_from_its_half(monkeypatch):
     torch.manual_seed(0)
-    model = MiniGPT(config())
+    model = MiniGPT(config())  # block_size 16
     model.train()
     seen = []
     real_forward = MiniGPT.forward
 
-    def spy(self, inputs, targets=None):
-        seen.append((inputs.shape[1], self.training))
-        return real_forward(self, inputs, targets)
+    def spy(self, inputs, targets=None, cache=None):
+        seen.append((inputs.shape[1], cache.length if cache else None, self.training))
+        return real_forward(self, inputs, targets, cache)
 
     monkeypatch.setattr(MiniGPT, "forward", spy)
-    out = model.generate(torch.zeros(2, 14, dtype=torch.long), max_new_tokens=5, generator=torch.Generator().manual_seed(0))
-    assert out.shape == (2, 19)
-    assert [t for t, _ in seen] == [14, 15, 16, 16, 16]
-    assert not any(training for _, training in seen) and model.training
+    out = model.generate(torch.zeros(2, 14, dtype=torch.long), max_new_tokens=6, generator=torch.Generator().manual_seed(0))
+    assert out.shape == (2, 20)
+    # the prompt (14) fills the cache, one position per token until 16, then the last 8 tokens, then one at a time
+    assert [(t, start) for t, start, _ in seen] == [(14, 0), (1, 14), (1, 15), (8, 0), (1, 8), (1, 9)]
+    assert not any(training for _, _, training in seen) and model.training
+
+
+def test_cached_logits_equal_a_full_forward_pass_of_the_same_positions():
+    torch.manual_seed(0)
+    model = MiniGPT(config()).eval()
+    ids = torch.randint(0, 50, (2, 12))
+    full, _ = model(ids)
+    cache = KVCache(len(model.blocks))
+    prefix, _ = model(ids[:, :5], cache=cache)
+    steps = [model(ids[:, t:t + 1], cache=cache)[0] for t in range(5, 12)]
+    assert torch.allclose(torch.cat([prefix, *steps], dim=1), full, atol=1e-5)
+    with pytest.raises(ValueError, match="exceeds block_size 16"):
+        model(torch.zeros(1, 5, dtype=torch.long), cache=cache)
+
+
+def test_within_the_window_cached_sampling_picks_what_recomputing_would():
+    """Greedy decoding of a text shorter than the window: the cache changes the cost, not the tokens."""
+    torch.manual_seed(0)
+    model = MiniGPT(config()).eval()
+    prompt = torch.randint(0, 50, (1, 4))
+    cached = model.generate(prompt, 10, top_k=1)
+    recomputed = prompt
+    for _ in range(10):
+        logits, _ = model(recomputed)
+        recomputed = torch.cat([recomputed, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(cached, recomputed)
 
 
 def test_generate_is_reproducible_with_a_seeded_generator_and_top_k_one_is_greedy():

@@ -158,13 +158,13 @@ class NanAtStep25(MiniGPT):
         super().__init__(config)
         self.calls = 0
 
-    def forward(self, inputs, targets=None):
+    def forward(self, inputs, targets=None, cache=None):
         if self.training:
             self.calls += 1
             if self.calls == 25:
                 with torch.no_grad():
                     self.blocks[0].mlp.fc.weight[0, 0] = float("nan")
-        return super().forward(inputs, targets)
+        return super().forward(inputs, targets, cache)
 
 
 def test_nan_guard_names_step_module_and_keeps_the_last_checkpoint(project):

@@ -1,0 +1,96 @@
+"""A queued LR sweep with 1 and 2 DVC workers, side by side in one run: does a second worker pay off once each
+process takes its share of the cores (minigpt/thread_share.py), and what did it cost when every process took
+every core (the behaviour before, forced here with MINIGPT_THREADS=<cores>)?
+
+    python benchmarks/sweep_workers.py --corpus ../shared/wt2-mini --out benchmarks/results/sweep_workers_<machine>.json
+
+A scratch git + DVC project at debug scale; each mode queues its own LRs (DVC's run cache would skip a repeat)
+and times `dvc exp run --run-all -j N` until the queue is empty.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_common import ROOT, compose_project, machine_kind, machine_label, synthetic_corpus  # noqa: E402
+from minigpt.thread_share import available_cores  # noqa: E402
+
+
+def scratch_repo(work: Path, corpus: Path) -> dict:
+    """The project's tracked files in a fresh git repo, baseline run at debug scale and committed."""
+    tracked = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                             capture_output=True, check=True).stdout.decode()
+    for name in filter(None, tracked.split("\0")):
+        if (ROOT / name).is_file():
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, work / name)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "DVC_NO_ANALYTICS": "1"}
+    env.pop("MINIGPT_THREADS", None)
+    git = lambda *a: subprocess.run(["git", *a], cwd=work, check=True, capture_output=True, env=env)  # noqa: E731
+    git("init", "-q")
+    git("config", "user.name", "minigpt bench")
+    git("config", "user.email", "bench@minigpt.invalid")
+    compose_project(work, corpus, ["experiment=debug"])
+    baseline = subprocess.run([sys.executable, "-m", "dvc", "repro", "-q"], cwd=work, capture_output=True, text=True, env=env)
+    if baseline.returncode:
+        raise SystemExit(f"dvc repro in {work} failed:\n{baseline.stdout}{baseline.stderr}")
+    git("add", "-A")
+    git("commit", "-qm", "baseline")
+    return env
+
+
+def sweep(work: Path, env: dict, corpus: Path, lrs: list[float], workers: int, threads: str | None) -> dict:
+    dvc = [sys.executable, "-m", "dvc", "exp"]
+    overrides = ["-S", "experiment=debug", "-S", "data=local", "-S", f"data.path={corpus.resolve()}"]
+    values = ",".join(f"{lr:g}" for lr in lrs)
+    subprocess.run([*dvc, "run", *overrides, "-S", f"train.lr={values}", "--queue"], cwd=work, check=True,
+                   capture_output=True, env=env)
+    run_env = dict(env)
+    if threads:
+        run_env["MINIGPT_THREADS"] = threads
+    start = time.perf_counter()
+    result = subprocess.run([*dvc, "run", "--run-all", "-j", str(workers)], cwd=work, capture_output=True, text=True,
+                            env=run_env)
+    seconds = time.perf_counter() - start
+    ran = result.stdout.count("Running stage 'train'")
+    return {"workers": workers, "threads_per_process": threads or "share (cores / live processes)",
+            "experiments": len(lrs), "trained": ran, "seconds": round(seconds, 1), "returncode": result.returncode}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path)
+    parser.add_argument("--experiments", type=int, default=4)
+    parser.add_argument("--smoke", action="store_true", help="2 experiments, the 1- and 2-worker modes once")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/sweep_workers.json"))
+    args = parser.parse_args()
+    count = 2 if args.smoke else args.experiments
+    cores = str(available_cores())
+    modes = [(1, None), (2, None)] if args.smoke else [(1, None), (2, None), (2, cores), (1, None)]
+    with tempfile.TemporaryDirectory() as scratch:
+        corpus = args.corpus or synthetic_corpus(Path(scratch) / "corpus")
+        work = Path(scratch) / "repo"
+        env = scratch_repo(work, corpus)
+        rows = []
+        for i, (workers, threads) in enumerate(modes):
+            lrs = [round(1e-3 * (1 + 0.1 * i + 0.5 * k), 6) for k in range(count)]  # new LRs: no run-cache reuse
+            row = sweep(work, env, corpus, lrs, workers, threads)
+            rows.append({**row, "machine": machine_kind(machine_label())})
+            print(f"{workers} worker(s), threads {row['threads_per_process']}: {row['experiments']} experiments "
+                  f"({row['trained']} trained) in {row['seconds']} s", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"machine": machine_label(), "smoke": args.smoke, "rows": rows}, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
