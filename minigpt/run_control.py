@@ -19,7 +19,7 @@ class RunLocked(MinigptError):
     """Another live trainer holds this run's lock."""
 
 
-def _process_start(pid: int) -> str | None:
+def process_start(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22): with the pid, it names a
     process uniquely, so a pid reused by another program does not look like the holder. None if it is gone."""
     try:
@@ -42,7 +42,7 @@ class RunLock:
 
     def __init__(self, path: Path):
         self.path = path
-        self.mine = {"pid": os.getpid(), "start": _process_start(os.getpid()), "host": socket.gethostname(),
+        self.mine = {"pid": os.getpid(), "start": process_start(os.getpid()), "host": socket.gethostname(),
                      "started_at": time.strftime("%Y-%m-%d %H:%M:%S")}
         self.held = False
 
@@ -56,7 +56,7 @@ class RunLock:
     def _alive(self, holder: dict) -> bool:
         if holder.get("host") != self.mine["host"]:
             return True  # another machine's process cannot be checked from here: assume it runs
-        start = _process_start(int(holder.get("pid", -1)))
+        start = process_start(int(holder.get("pid", -1)))
         return start is not None and start in (holder.get("start"), "unknown")
 
     def acquire(self) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from minigpt.errors import ConfigError
+from minigpt.run_control import process_start
 
 THREADS_ENV = "MINIGPT_THREADS"
 REGISTRY_ENV = "MINIGPT_WORKER_DIR"
@@ -37,25 +38,17 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def live_workers(folder: Path) -> int:
     """minigpt processes registered and still running (entries of dead processes are removed)."""
     count = 0
     for entry in folder.glob("*.pid"):
         try:
-            pid = int(entry.stem)
-        except ValueError:
+            pid, recorded = int(entry.stem), entry.read_text().strip()
+        except (ValueError, OSError):
             continue
-        if _alive(pid):
+        # the pid and its start time: a pid reused by another program after a kill does not count
+        start = process_start(pid)
+        if start is not None and (not recorded or start in (recorded, "unknown")):
             count += 1
         else:
             entry.unlink(missing_ok=True)
@@ -85,7 +78,7 @@ class ThreadShare:
         global _active
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            self.entry.write_text("")
+            self.entry.write_text(process_start(os.getpid()) or "")
         except OSError:
             pass  # no shared folder: the share is computed as if alone
         _active = self

@@ -9,6 +9,7 @@ import torch
 
 from minigpt import thread_share
 from minigpt.errors import ConfigError
+from minigpt.run_control import process_start
 from minigpt.stage import stage_main
 from minigpt.thread_share import ThreadShare
 
@@ -32,8 +33,10 @@ def test_the_share_follows_the_number_of_live_minigpt_processes(alone):
         assert torch.get_num_threads() == 4
         other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
         try:
-            (alone / f"{other.pid}.pid").write_text("")
+            (alone / f"{other.pid}.pid").write_text(process_start(other.pid))
             assert thread_share.rebalance() == 2 and torch.get_num_threads() == 2
+            (alone / f"{os.getppid()}.pid").write_text("1")  # a live pid with another start time: a reused pid
+            assert thread_share.rebalance() == 2 and not (alone / f"{os.getppid()}.pid").exists()
         finally:
             other.kill()
             other.wait()

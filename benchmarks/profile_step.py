@@ -1,0 +1,151 @@
+"""Where a training step's time goes, op family by op family (torch.profiler, self CPU time), and what each attempt
+to shorten the bf16 step buys, side by side in one run (tokens/s and MFU against the bf16 matmul peak measured in
+the same run).
+
+    python benchmarks/profile_step.py --out benchmarks/results/profile_step_<machine>.json
+
+Attempts that change the model or its numerics are labelled so; the preset keeps only what wins without changing
+the loss curve.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from bench_common import flops_per_token, machine_kind, machine_label, model_preset  # noqa: E402
+from minigpt import train_step  # noqa: E402
+from minigpt.model import MiniGPT  # noqa: E402
+from minigpt.optim import build_param_groups  # noqa: E402
+
+# op-name fragments -> family, first match wins (self time of leaf ops, so nested ops are not counted twice)
+FAMILIES = (
+    ("attention (SDPA)", ("scaled_dot_product", "flash_attention", "efficient_attention", "_sdpa")),
+    ("matrix products", ("addmm", "::mm", "bmm", "linear", "mkldnn", "matmul")),
+    ("LayerNorm", ("layer_norm",)),
+    ("GELU", ("gelu",)),
+    ("dropout", ("dropout", "bernoulli")),
+    ("softmax / cross-entropy", ("softmax", "nll_loss", "cross_entropy")),
+    ("casts (autocast, dtype copies)", ("_to_copy", "aten::to", "copy_", "_autocast")),
+    ("embedding", ("embedding",)),
+    ("optimizer (AdamW)", ("adam", "_foreach_add", "_foreach_mul", "_foreach_lerp", "_foreach_addcdiv",
+                           "_foreach_sqrt", "_foreach_div", "addcdiv", "lerp")),
+    ("gradient clipping (norm)", ("norm", "clamp", "_foreach_mul_")),
+)
+
+
+def family(name: str) -> str:
+    low = name.lower()
+    return next((fam for fam, keys in FAMILIES if any(k in low for k in keys)), "other (add, mul, views, fills)")
+
+
+def bf16_peak(rounds: int = 10) -> float:
+    """bf16 matmul FLOP/s at the shapes of the production model's products (the best of three)."""
+    best = 0.0
+    for m, k, n in ((4096, 256, 1024), (4096, 1024, 256), (2048, 2048, 2048)):
+        a, b = torch.randn(m, k, dtype=torch.bfloat16), torch.randn(k, n, dtype=torch.bfloat16)
+        a @ b
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - start)
+        best = max(best, 2 * m * k * n / statistics.median(times))
+    return best
+
+
+class Setup:
+    def __init__(self, name: str, config, batch: int, precision: str, fused_adamw: bool = False,
+                 compile_mlp: bool = False, changes_numerics: str = ""):
+        torch.manual_seed(0)
+        self.name, self.precision, self.changes = name, precision, changes_numerics
+        self.model = MiniGPT(config)
+        if compile_mlp:
+            for block in self.model.blocks:
+                block.mlp = torch.compile(block.mlp)
+        self.optimizer = torch.optim.AdamW(build_param_groups(self.model, 0.1), lr=1e-3, betas=(0.9, 0.95),
+                                           fused=True if fused_adamw else None)
+        gen = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, config.vocab_size, (batch, config.block_size + 1), generator=gen)
+        self.x, self.y = ids[:, :-1], ids[:, 1:]
+        self.tokens = batch * config.block_size
+
+    def step(self) -> None:
+        train_step.training_step(self.model, self.optimizer, self.x, self.y, 1e-3, self.precision, 1.0)
+
+
+def profile(setup: Setup, steps: int) -> dict:
+    for _ in range(2):
+        setup.step()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            setup.step()
+    by_family: dict[str, float] = defaultdict(float)
+    for event in prof.key_averages():
+        by_family[family(event.key)] += event.self_cpu_time_total / 1e3 / steps  # ms per step
+    total = sum(by_family.values())
+    return {"ms_per_step": round(total, 1), "families": {k: {"ms": round(v, 1), "share": round(v / total, 3)}
+                                                         for k, v in sorted(by_family.items(), key=lambda kv: -kv[1])}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="the debug model, one round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/profile_step.json"))
+    args = parser.parse_args()
+    preset, batch, rounds = ("debug", 8, 1) if args.smoke else ("production", 32, args.rounds)
+    config = model_preset(preset, 119)
+    peak = bf16_peak(2 if args.smoke else 10)
+    label = machine_label()
+    print(f"{machine_kind(label)}: bf16 matmul peak {peak / 1e9:,.0f} GFLOP/s", flush=True)
+
+    profiles = {p: profile(Setup(p, config, batch, p), 2 if args.smoke else 5) for p in ("fp32", "bf16")}
+    for precision, prof in profiles.items():
+        print(f"\n{preset} step, {precision}: {prof['ms_per_step']} ms (profiled, self CPU time)")
+        for fam, v in prof["families"].items():
+            print(f"  {fam:<34} {v['ms']:>8.1f} ms  {v['share']:>6.1%}")
+
+    no_dropout = config.model_copy(update={"dropout": 0.0})
+    setups = [Setup("bf16, as shipped (dropout 0.1, foreach AdamW)", config, batch, "bf16"),
+              Setup("bf16, fused AdamW (CPU kernel)", config, batch, "bf16", fused_adamw=True,
+                    changes_numerics="optimizer arithmetic order"),
+              Setup("bf16, MLP compiled (torch.compile per block)", config, batch, "bf16", compile_mlp=True),
+              Setup("bf16, dropout 0 (another model: reference only)", no_dropout, batch, "bf16",
+                    changes_numerics="no dropout: a different model")]
+    if args.smoke:
+        setups = setups[:2]
+    for s in setups:  # warm up (and compile) outside the timing
+        for _ in range(2):
+            s.step()
+    times = {s.name: [] for s in setups}
+    for _ in range(rounds):
+        for s in setups:
+            start = time.perf_counter()
+            s.step()
+            times[s.name].append(time.perf_counter() - start)
+    per_token = flops_per_token(config, setups[0].model.num_parameters())
+    base = statistics.median(times[setups[0].name])
+    attempts = []
+    print(f"\nattempts ({rounds} interleaved rounds, median step)")
+    for s in setups:
+        seconds = statistics.median(times[s.name])
+        row = {"attempt": s.name, "tokens_per_sec": round(s.tokens / seconds, 1), "vs_shipped": round(base / seconds, 3),
+               "mfu_bf16": round(s.tokens / seconds * per_token / peak, 3), "changes": s.changes,
+               "machine": machine_kind(label)}
+        attempts.append(row)
+        print(f"  {s.name:<50} {row['tokens_per_sec']:>9,.0f} tok/s  {row['vs_shipped']:.2f}x  MFU {row['mfu_bf16']:.1%}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"machine": label, "preset": preset, "batch": batch, "bf16_peak_flops": peak,
+                                    "profiles": profiles, "attempts": attempts, "smoke": args.smoke}, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
