@@ -60,12 +60,32 @@ def bf16_peak(rounds: int = 10) -> float:
     return best
 
 
+class RandMaskDropout(torch.nn.Module):
+    """Dropout with its mask drawn as torch.rand(...) >= p (same distribution, another random stream)."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        keep = torch.rand(x.shape, device=x.device) >= self.p
+        return x * keep / (1.0 - self.p)
+
+
 class Setup:
     def __init__(self, name: str, config, batch: int, precision: str, fused_adamw: bool = False,
-                 compile_mlp: bool = False, attention_dropout: bool = True, changes_numerics: str = ""):
+                 compile_mlp: bool = False, attention_dropout: bool = True, rand_masks: bool = False,
+                 changes_numerics: str = ""):
         torch.manual_seed(0)
         self.name, self.precision, self.changes = name, precision, changes_numerics
         self.model = MiniGPT(config)
+        if rand_masks:
+            for name, module in list(self.model.named_modules()):
+                for child_name, child in list(module.named_children()):
+                    if isinstance(child, torch.nn.Dropout):
+                        setattr(module, child_name, RandMaskDropout(child.p))
         if not attention_dropout:  # residual dropout kept; SDPA free to take its fused kernel
             for block in self.model.blocks:
                 block.attn.dropout = 0.0
@@ -122,6 +142,8 @@ def main() -> None:
               Setup("bf16, MLP compiled (torch.compile per block)", config, batch, "bf16", compile_mlp=True),
               Setup("bf16, no attention-weight dropout (residual dropout kept)", config, batch, "bf16",
                     attention_dropout=False, changes_numerics="less regularisation: attention weights not dropped"),
+              Setup("bf16, dropout masks from torch.rand (residual, MLP, embedding)", config, batch, "bf16",
+                    rand_masks=True, changes_numerics="another random stream for the masks"),
               Setup("bf16, dropout 0 (another model: reference only)", no_dropout, batch, "bf16",
                     changes_numerics="no dropout: a different model")]
     if args.smoke:
