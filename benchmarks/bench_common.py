@@ -60,6 +60,28 @@ def machine_kind(label: dict) -> str:
     return f"{label['cpu']} (no bf16 instructions)"
 
 
+def copy_into_fresh_repo(repo: Path, user: str):
+    """The working tree's files (tracked, and untracked ones git does not ignore) copied into a new git repo at
+    `repo`; returns a `git(*args)` runner for it."""
+    import shutil
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        if (ROOT / name).is_file():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, repo / name)
+
+    def git(*args: str):
+        return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "user.name", f"minigpt {user}")
+    git("config", "user.email", f"{user}@minigpt.invalid")
+    return git
+
+
 DATA_STAGES = ("fetch", "clean", "tokenizer", "encode")
 
 

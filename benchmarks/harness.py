@@ -31,8 +31,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bench_common import (ROOT, compose_project, flops_per_token, machine_kind, machine_label,  # noqa: E402
-                          model_preset, prepare_project, synthetic_corpus)  # (bench_common also puts the repo on sys.path)
+from bench_common import (ROOT, compose_project, copy_into_fresh_repo, flops_per_token, machine_kind,  # noqa: E402
+                          machine_label, model_preset, prepare_project, synthetic_corpus)  # (bench_common also puts the repo on sys.path)
 from minigpt import model as model_module  # noqa: E402
 from minigpt.cleaning import clean_splits  # noqa: E402
 from minigpt.config import CleanConfig  # noqa: E402
@@ -272,16 +272,7 @@ def noop_repro(scratch: Path, corpus: Path, rounds: int) -> dict:
     """A copy of the working tree's tracked files as a fresh git repo; the whole DAG at debug scale once,
     then `dvc repro` with nothing changed, timed (DVC hashes deps and params and finds nothing to run)."""
     repo = scratch / "repo"
-    tracked = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                             capture_output=True, check=True).stdout.decode().split("\0")
-    for name in filter(None, tracked):
-        if (ROOT / name).is_file():
-            (repo / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, repo / name)
-    git = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True)  # noqa: E731
-    git("init", "-q")
-    git("config", "user.name", "minigpt harness")
-    git("config", "user.email", "harness@minigpt.invalid")
+    git = copy_into_fresh_repo(repo, "harness")
     git("add", "-A")
     git("commit", "-qm", "snapshot")
     compose_project(repo, corpus, ["experiment=debug"])

@@ -13,32 +13,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench_common import ROOT, compose_project, machine_kind, machine_label, synthetic_corpus  # noqa: E402
+from bench_common import compose_project, copy_into_fresh_repo, machine_kind, machine_label, synthetic_corpus  # noqa: E402
 from minigpt.thread_share import available_cores  # noqa: E402
 
 
 def scratch_repo(work: Path, corpus: Path) -> dict:
     """The project's tracked files in a fresh git repo, baseline run at debug scale and committed."""
-    tracked = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                             capture_output=True, check=True).stdout.decode()
-    for name in filter(None, tracked.split("\0")):
-        if (ROOT / name).is_file():
-            (work / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, work / name)
+    git = copy_into_fresh_repo(work, "bench")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "DVC_NO_ANALYTICS": "1"}
     env.pop("MINIGPT_THREADS", None)
-    git = lambda *a: subprocess.run(["git", *a], cwd=work, check=True, capture_output=True, env=env)  # noqa: E731
-    git("init", "-q")
-    git("config", "user.name", "minigpt bench")
-    git("config", "user.email", "bench@minigpt.invalid")
     compose_project(work, corpus, ["experiment=debug"])
     baseline = subprocess.run([sys.executable, "-m", "dvc", "repro", "-q"], cwd=work, capture_output=True, text=True, env=env)
     if baseline.returncode:

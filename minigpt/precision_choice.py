@@ -64,13 +64,20 @@ def _decide(configured: str, tokens: int, seconds: dict[str, float], spent: floa
             "batch": batch, "timed_rounds": TIMED_ROUNDS, "seconds": round(spent, 2)}
 
 
-def choose_training_precision(params: Params, vocab_size: int, device: torch.device) -> dict:
-    """The precision the run trains in, and how it was chosen (both timings when train.precision is auto)."""
-    configured = params.train.precision
+def _without_timing(configured: str, device: torch.device) -> dict | None:
+    """The choice when nothing needs timing: an explicit precision, or auto where bf16 cannot run."""
     if configured != "auto":
         return {"configured": configured, "choice": configured}
     if not bf16_usable(device):
         return {"configured": "auto", "choice": "fp32", "reason": f"bf16 is not supported on {device}"}
+    return None
+
+
+def choose_training_precision(params: Params, vocab_size: int, device: torch.device) -> dict:
+    """The precision the run trains in, and how it was chosen (both timings when train.precision is auto)."""
+    fixed = _without_timing(params.train.precision, device)
+    if fixed is not None:
+        return fixed
     started = time.perf_counter()
     config = MiniGPTConfig.from_params(params.model, vocab_size)
     torch.manual_seed(0)
@@ -88,10 +95,9 @@ def choose_training_precision(params: Params, vocab_size: int, device: torch.dev
 
 def choose_evaluation_precision(model: torch.nn.Module, configured: str, batch_size: int, device: torch.device) -> dict:
     """The precision evaluation scores in: as configured, or (auto) the faster forward pass of this model."""
-    if configured != "auto":
-        return {"configured": configured, "choice": configured}
-    if not bf16_usable(device):
-        return {"configured": "auto", "choice": "fp32", "reason": f"bf16 is not supported on {device}"}
+    fixed = _without_timing(configured, device)
+    if fixed is not None:
+        return fixed
     started = time.perf_counter()
     batch = [batch_size, model.config.block_size]
     inputs, targets = _random_batch(model.config.vocab_size, *batch, device, seed=0)

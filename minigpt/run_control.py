@@ -35,6 +35,12 @@ def process_start(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
+def process_is(pid: int, start: str | None) -> bool:
+    """Whether `pid` still runs and is the process that recorded `start` (its process_start then)."""
+    now = process_start(pid)
+    return now is not None and now in (start, "unknown")
+
+
 class RunLock:
     """models/.train.lock holds the trainer's pid, start time and host; taken before any write, released on exit.
 
@@ -56,8 +62,7 @@ class RunLock:
     def _alive(self, holder: dict) -> bool:
         if holder.get("host") != self.mine["host"]:
             return True  # another machine's process cannot be checked from here: assume it runs
-        start = process_start(int(holder.get("pid", -1)))
-        return start is not None and start in (holder.get("start"), "unknown")
+        return process_is(int(holder.get("pid", -1)), holder.get("start"))
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -27,17 +27,19 @@ def digest_of(records: list[dict]) -> str:
     return digest.hexdigest()
 
 
-def read_log(path: Path) -> list[dict]:
-    """The step records of a log; a last line cut short by a kill is dropped."""
-    if not path.is_file():
-        return []
+def parse_log(text: str) -> list[dict]:
+    """The step records of a log's text; a last line cut short by a kill is dropped."""
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError:
             break
     return records
+
+
+def read_log(path: Path) -> list[dict]:
+    return parse_log(path.read_text(encoding="utf-8")) if path.is_file() else []
 
 
 def history_for_resume(path: Path, step: int, expected_digest: str | None) -> list[dict] | None:

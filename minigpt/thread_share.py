@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from minigpt.errors import ConfigError
-from minigpt.run_control import process_start
+from minigpt.run_control import process_is, process_start
 
 THREADS_ENV = "MINIGPT_THREADS"
 REGISTRY_ENV = "MINIGPT_WORKER_DIR"
@@ -47,8 +47,7 @@ def live_workers(folder: Path) -> int:
         except (ValueError, OSError):
             continue
         # the pid and its start time: a pid reused by another program after a kill does not count
-        start = process_start(pid)
-        if start is not None and (not recorded or start in (recorded, "unknown")):
+        if process_is(pid, recorded):
             count += 1
         else:
             entry.unlink(missing_ok=True)

@@ -6,13 +6,13 @@ from pathlib import Path
 from minigpt.io_utils import atomic_write_json, atomic_write_text
 from minigpt.paths import REPORT_HTML, RUN_METRICS
 from minigpt.report.decision import decision_metrics
-from minigpt.report.run_files import load_run, workspace_reader
+from minigpt.report.run_files import WORKSPACE, load_run, workspace_reader
 from minigpt.report.run_page import run_page
 from minigpt.stage import stage_main
 
 
 def run(params):
-    files = load_run("workspace", workspace_reader(Path(".")))
+    files = load_run(WORKSPACE, workspace_reader(Path(".")))
     metrics = decision_metrics(files)
     atomic_write_json(RUN_METRICS, metrics)
     atomic_write_text(REPORT_HTML, run_page(files))

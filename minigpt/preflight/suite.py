@@ -28,8 +28,6 @@ SUMMARY_FIELDS = ("tokenizer_fingerprint", "vocab_size", "token_range", "batch_s
                   "expected_initial_loss", "grad_norm", "missing_gradients", "frozen_parameters", "param_update_max",
                   "rehearsal_loss", "single_batch_final_loss")
 
-
-
 CHECKS: tuple[Check, ...] = data_checks.CHECKS + model_checks.CHECKS + training_checks.CHECKS
 
 

@@ -11,8 +11,6 @@ from minigpt.errors import MinigptError
 from minigpt.io_utils import atomic_write_text
 from minigpt.paths import REPORT_HTML
 
-WORKSPACE_NAME = "workspace"
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m minigpt.report", description=__doc__.splitlines()[0])
@@ -26,10 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "run":
-            from minigpt.report.run_files import load_run, workspace_reader
+            from minigpt.report.run_files import WORKSPACE, load_run, workspace_reader
             from minigpt.report.run_page import run_page
 
-            html = run_page(load_run(WORKSPACE_NAME, workspace_reader(args.repo)))
+            html = run_page(load_run(WORKSPACE, workspace_reader(args.repo)))
         else:
             from minigpt.report.compare import compare_page, load_runs
 

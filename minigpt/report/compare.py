@@ -17,6 +17,7 @@ from minigpt.report.decision import DECISION_METRICS, decision_metrics
 from minigpt.report.html import fmt, page, table
 from minigpt.report.run_files import (
     PARAMS_FILE,
+    WORKSPACE,
     RunFiles,
     load_run,
     revision_reader,
@@ -24,7 +25,6 @@ from minigpt.report.run_files import (
 )
 from minigpt.report.svg import Series, line_chart
 
-WORKSPACE = "workspace"
 # experiment states whose commit does not hold the run's results
 UNFINISHED = ("Failed", "Queued", "Running")
 
@@ -58,7 +58,7 @@ def load_runs(root: Path, names: list[str]) -> list[RunFiles]:
     runs = []
     for name in names:
         if name == WORKSPACE:
-            runs.append(load_run(name, workspace_reader(root), "workspace"))
+            runs.append(load_run(name, workspace_reader(root), WORKSPACE))
             continue
         entry = index.get(name, {"rev": name, "state": ""})
         if entry["state"] in UNFINISHED:

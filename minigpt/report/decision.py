@@ -47,8 +47,3 @@ def decision_metrics(run: RunFiles) -> dict:
     if run.generation:
         out.update(rep4=run.generation["mean"]["repeated_4gram_share"])
     return {key: _round(out[key], 1 if key == "tok_s" else 4) for key in DECISION_METRICS if key in out}
-
-
-def slowest_check(run: RunFiles) -> str | None:
-    checks = (run.preflight or {}).get("checks", [])
-    return max(checks, key=lambda c: c.get("seconds", 0.0))["name"] if checks else None

@@ -14,6 +14,7 @@ from typing import Callable
 
 import yaml
 
+from minigpt.config import DEFAULT_PARAMS
 from minigpt.paths import (
     DEBUG_REPORT,
     EVAL_REPORT,
@@ -21,8 +22,10 @@ from minigpt.paths import (
     TRAIN_LOG,
     TRAIN_SUMMARY,
 )
+from minigpt.run_log import parse_log
 
-PARAMS_FILE = "params.yaml"
+PARAMS_FILE = DEFAULT_PARAMS
+WORKSPACE = "workspace"  # the run in the project folder itself (not a revision)
 
 
 @dataclass
@@ -35,7 +38,6 @@ class RunFiles:
     evaluation: dict | None = None
     generation: dict | None = None
     state: str = ""  # DVC's experiment state (Success, Failed, …) when the run is an experiment
-    unreadable: list[str] = field(default_factory=list)  # files present but not parseable
 
     @property
     def preflight_passed(self) -> bool | None:
@@ -50,21 +52,11 @@ def _parse_json(text: str):
     return json.loads(text)
 
 
-def _parse_jsonl(text: str) -> list[dict]:
-    records = []
-    for line in text.splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            break  # a last line cut short by a kill
-    return records
-
-
 def load_run(name: str, read: Callable[[str], str | None], state: str = "") -> RunFiles:
     """The run's files through `read(path) -> text or None`."""
     run = RunFiles(name=name, state=state)
     sources = (("params", PARAMS_FILE, yaml.safe_load), ("preflight", DEBUG_REPORT, _parse_json),
-               ("train_log", TRAIN_LOG, _parse_jsonl), ("train", TRAIN_SUMMARY, _parse_json),
+               ("train_log", TRAIN_LOG, parse_log), ("train", TRAIN_SUMMARY, _parse_json),
                ("evaluation", EVAL_REPORT, _parse_json), ("generation", GENERATION_REPORT, _parse_json))
     for attribute, path, parse in sources:
         text = read(str(path))
@@ -73,7 +65,7 @@ def load_run(name: str, read: Callable[[str], str | None], state: str = "") -> R
         try:
             setattr(run, attribute, parse(text))
         except (ValueError, yaml.YAMLError):
-            run.unreadable.append(str(path))
+            pass  # a file that does not parse is shown as missing
     return run
 
 
