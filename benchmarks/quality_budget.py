@@ -38,6 +38,7 @@ from minigpt.checkpoint import load_checkpoint, model_from_checkpoint  # noqa: E
 from minigpt.encoding import load_ids  # noqa: E402
 from minigpt.eval_loop import evaluate_model  # noqa: E402
 from minigpt.evaluation import evaluate_checkpoint  # noqa: E402
+from minigpt.gate import run_params  # noqa: E402
 from minigpt.paths import ENCODED_DIR  # noqa: E402
 from minigpt.preflight.suite import run_preflight  # noqa: E402
 from minigpt.training import train  # noqa: E402
@@ -49,13 +50,21 @@ REFERENCE = ["model.num_layers=4", "model.num_heads=4", "model.embedding_dim=128
              "train.grad_clip=1.0", "train.precision=fp32", "train.eval_every=250", "train.eval_batches=20"]
 # the same recipe for a wall clock instead of 2000 steps: the LR decays over the budget, as the presets' does
 CLOCKED = ["train.max_steps=1000000"]
+# the budget shape the rule did not pick on the calibration machines, forced (budget.choose_shape off): the other
+# side of the rule's calibration (README, "Time budgets")
+SMALL_SHAPE = ["budget.choose_shape=false", "model.block_size=64", "model.embedding_dim=128", "model.num_heads=4",
+               "model.num_layers=4", "model.dropout=0.0", "train.batch_size=16", "train.lr=0.003",
+               "train.warmup_steps=100", "train.betas=[0.9,0.99]", "train.eval_batches=10"]
+PRODUCTION_SHAPE = ["budget.choose_shape=false", "train.batch_size=16"]
 RUNS = {
     "nanoGPT CPU recipe (reference)": REFERENCE,
     "nanoGPT recipe, 72 s (reference)": [*REFERENCE, *CLOCKED, "train.max_seconds=72"],
     "budget-72s preset": ["experiment=budget-72s"],
+    "production shape, 72 s (forced)": ["experiment=budget-72s", *PRODUCTION_SHAPE],
 }
 LONG_RUNS = {"nanoGPT recipe, 15 min (reference)": [*REFERENCE, *CLOCKED, "train.max_seconds=900"],
-             "budget-15m preset": ["experiment=budget-15m"]}
+             "budget-15m preset": ["experiment=budget-15m"],
+             "small shape, 15 min (forced)": ["experiment=budget-15m", *SMALL_SHAPE]}
 SMOKE_RUNS = {"budget-72s preset, 3 s": ["experiment=budget-72s", "train.max_seconds=3"]}
 QUIET = ["train.sample_length=0"]
 
@@ -84,8 +93,12 @@ def one_run(name: str, overrides: list[str], work: Path, corpus: Path) -> dict:
         print(f"  preflight failed ({', '.join(report['failed'])}): not trained", flush=True)
         return {"name": name, "overrides": overrides, "preflight_failed": report["failed"]}
     summary = train(params, work, out=lambda msg: print(f"  {msg}", flush=True))
+    params = run_params(params, report)  # the shape and precision the run trained
     metrics = evaluate_checkpoint(params, work)
+    shape = report.get("shape")
     return {"name": name, "overrides": overrides, "parameters": summary["parameters"], "steps": summary["steps"],
+            "model": summary["model"], "precision": summary["precision"],
+            "shape_choice": shape and {"choice": shape["choice"], "shapes": shape["shapes"]},
             "stopped_by": summary["stopped_by"], "train_seconds": summary["train_seconds"],
             "tokens_per_sec_median": summary["tokens_per_sec_median"], "preflight_seconds": preflight_s,
             "tokens_seen": summary["steps"] * params.train.batch_size * params.model.block_size,
@@ -102,11 +115,13 @@ def main() -> None:
     parser.add_argument("--run", nargs="+", action="append", metavar=("NAME", "OVERRIDE"),
                         help="an extra run: a name, then Hydra overrides (repeatable); replaces the default runs")
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / ".work", help="scratch project folder")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results_quality.json")
+    parser.add_argument("--out", type=Path, help="default: benchmarks/results_quality.json (a smoke: its scratch folder)")
     args = parser.parse_args()
+    args.out = args.out or ROOT / "benchmarks" / "results_quality.json"
     if args.smoke:
         scratch = Path(tempfile.mkdtemp(prefix="minigpt-quality-"))
         args.corpus, args.work, runs = synthetic_corpus(scratch / "corpus"), scratch / "project", SMOKE_RUNS
+        args.out = scratch / "results_quality.json"
     elif args.corpus is None:
         parser.error("--corpus is required (or --smoke)")
     else:

@@ -150,6 +150,20 @@ class GenerateConfig(Section):
     seed: int
 
 
+class ShapeConfig(Section):
+    """One shape a time-budgeted run may train: model keys and train keys that replace the composed ones."""
+    model: dict[str, Any] = Field(default_factory=dict)
+    train: dict[str, Any] = Field(default_factory=dict)
+
+
+class BudgetConfig(Section):
+    # true: preflight times each shape's training step on this machine and the run trains the one the rule picks
+    # (minigpt.shape_choice); false: the model and train sections as written
+    choose_shape: bool
+    min_tokens_per_parameter: float = _must("> 0", gt=0)
+    shapes: dict[str, ShapeConfig]
+
+
 class Params(Section):
     data: DataConfig
     model: ModelConfig
@@ -158,6 +172,16 @@ class Params(Section):
     preflight: PreflightConfig
     evaluate: EvaluateConfig
     generate: GenerateConfig
+    budget: BudgetConfig
+
+    @model_validator(mode="after")
+    def _budget_has_a_clock(self):
+        if self.budget.choose_shape and (self.train.max_seconds is None or not self.budget.shapes):
+            raise ValueError("'budget.choose_shape' is true but " + (
+                "'train.max_seconds' is null: the shape is chosen from the tokens this machine trains in that budget; "
+                "set train.max_seconds (or use experiment=budget-72s / budget-15m)." if self.train.max_seconds is None
+                else "'budget.shapes' is empty; list at least one shape to choose from."))
+        return self
 
     @model_validator(mode="after")
     def _stride_fits_the_window(self):
@@ -175,6 +199,17 @@ class Params(Section):
         if self.train.precision == choice:
             return self
         return self.model_copy(update={"train": self.train.model_copy(update={"precision": choice})})
+
+    def with_shape(self, name: str, source: str = DEFAULT_PARAMS) -> "Params":
+        """These params with budget shape `name` applied (its model and train keys replace the composed ones)."""
+        shape = self.budget.shapes[name]
+        if "max_seconds" in shape.train:
+            raise ConfigError(f"{source}: 'budget.shapes.{name}.train.max_seconds' is not allowed: the budget is "
+                              "train.max_seconds of the run, the same for every shape.")
+        raw = self.model_dump()
+        raw["model"].update(shape.model)
+        raw["train"].update(shape.train)
+        return _validated(raw, f"{source}: budget.shapes.{name}")
 
 
 # pydantic error types that mean "right type, value out of its rule" (the rest mean a wrong type)
@@ -237,13 +272,21 @@ def _explain(error: dict, raw: dict, source: str, prefix: str | None = None) -> 
     return f"{source}: '{key}' = {shown} has the wrong type or value; expected {_type_name(info.annotation)}."
 
 
-def params_from_dict(raw: Any, source: str = DEFAULT_PARAMS) -> Params:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: expected a mapping of sections, got {type(raw).__name__}.")
+def _validated(raw: dict, source: str) -> Params:
     try:
         return Params.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_explain(exc.errors()[0], raw, source)) from None
+
+
+def params_from_dict(raw: Any, source: str = DEFAULT_PARAMS) -> Params:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping of sections, got {type(raw).__name__}.")
+    params = _validated(raw, source)
+    if params.budget.choose_shape:  # every shape must make a valid run, whichever the machine picks
+        for name in params.budget.shapes:
+            params.with_shape(name, source)
+    return params
 
 
 def _read_yaml(path: Path, fix: str) -> Any:

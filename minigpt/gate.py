@@ -16,9 +16,12 @@ from minigpt.paths import DEBUG_REPORT, ENCODED_DIR, SPLITS, TOKENIZER_FILE
 from minigpt.tokenizer import CharTokenizer
 
 # train.* keys whose value changes what preflight proves (the gate refuses a report made with other values):
-# the rehearsal runs the run's optimizer, schedule (over max_steps, down to min_lr), clipping and precision
+# the rehearsal runs the run's optimizer, schedule (over max_steps, down to min_lr), clipping and precision;
+# precision auto is timed at the run's batch size, and budget.choose_shape picks from the tokens in max_seconds
 GATED_TRAIN_KEYS = ("lr", "min_lr", "max_steps", "warmup_steps", "weight_decay", "betas", "grad_clip", "device",
-                    "precision")
+                    "precision", "batch_size", "max_seconds")
+# whole sections the report binds (with GATED_TRAIN_KEYS); dvc.yaml's preflight params list the same
+GATED_SECTIONS = ("model", "preflight", "budget")
 
 
 class PreflightFailed(MinigptError):
@@ -30,11 +33,9 @@ class GateError(MinigptError):
 
 
 def gated_config(params: Params) -> dict:
-    return {
-        "model": params.section_dict("model"),
-        "train": {k: params.section_dict("train")[k] for k in GATED_TRAIN_KEYS},
-        "preflight": params.section_dict("preflight"),
-    }
+    config = {name: params.section_dict(name) for name in GATED_SECTIONS}
+    config["train"] = {k: params.section_dict("train")[k] for k in GATED_TRAIN_KEYS}
+    return config
 
 
 def current_fingerprints(params: Params, root: Path = Path(".")) -> dict:
@@ -53,7 +54,15 @@ def current_fingerprints(params: Params, root: Path = Path(".")) -> dict:
 
 
 def run_params(params: Params, report: dict, path: Path = Path(DEBUG_REPORT)) -> Params:
-    """The params the gated run uses: train.precision auto resolved to the choice the report made (and binds)."""
+    """The params the gated run uses: budget.choose_shape and train.precision auto resolved to the choices the
+    report made (and binds)."""
+    if params.budget.choose_shape:
+        shape = (report.get("shape") or {}).get("choice")
+        if shape not in params.budget.shapes:
+            raise GateError(f"{path}: budget.choose_shape is true but the report holds no choice among "
+                            f"{', '.join(params.budget.shapes)}; rerun preflight (`dvc repro preflight`) to time the "
+                            "shapes on this machine.")
+        params = params.with_shape(shape)
     if params.train.precision != "auto":
         return params
     choice = (report.get("precision") or {}).get("choice")

@@ -40,14 +40,14 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def _interleaved(run_once, device: torch.device) -> dict[str, float]:
-    """Median seconds of `run_once(precision)` per precision, after a warmup, alternating the two."""
-    for precision in PRECISIONS:
+def _interleaved(run_once, device: torch.device, precisions: tuple[str, ...] = PRECISIONS) -> dict[str, float]:
+    """Median seconds of `run_once(precision)` per precision, after a warmup, alternating them."""
+    for precision in precisions:
         for _ in range(WARMUP_STEPS):
             run_once(precision)
-    seconds = {p: [] for p in PRECISIONS}
+    seconds = {p: [] for p in precisions}
     for _ in range(TIMED_ROUNDS):
-        for precision in PRECISIONS:
+        for precision in precisions:
             _sync(device)
             start = time.perf_counter()
             run_once(precision)
@@ -73,12 +73,10 @@ def _without_timing(configured: str, device: torch.device) -> dict | None:
     return None
 
 
-def choose_training_precision(params: Params, vocab_size: int, device: torch.device) -> dict:
-    """The precision the run trains in, and how it was chosen (both timings when train.precision is auto)."""
-    fixed = _without_timing(params.train.precision, device)
-    if fixed is not None:
-        return fixed
-    started = time.perf_counter()
+def _time_training_steps(params: Params, vocab_size: int, device: torch.device,
+                         precisions: tuple[str, ...]) -> tuple[dict[str, float], int, list[int]]:
+    """Median seconds of one training step per precision (the run's step, optimizer, model and batch), the
+    model's parameter count and the batch shape."""
     config = MiniGPTConfig.from_params(params.model, vocab_size)
     torch.manual_seed(0)
     model = MiniGPT(config).to(device)
@@ -89,8 +87,34 @@ def choose_training_precision(params: Params, vocab_size: int, device: torch.dev
     def step(precision: str) -> None:
         train_step.training_step(model, optimizer, inputs, targets, params.train.lr, precision, params.train.grad_clip)
 
-    seconds = _interleaved(step, device)
+    return _interleaved(step, device, precisions), sum(p.numel() for p in model.parameters()), batch
+
+
+def choose_training_precision(params: Params, vocab_size: int, device: torch.device) -> dict:
+    """The precision the run trains in, and how it was chosen (both timings when train.precision is auto)."""
+    fixed = _without_timing(params.train.precision, device)
+    if fixed is not None:
+        return fixed
+    started = time.perf_counter()
+    seconds, _, batch = _time_training_steps(params, vocab_size, device, PRECISIONS)
     return _decide("auto", batch[0] * batch[1], seconds, time.perf_counter() - started, batch)
+
+
+def measure_training(params: Params, vocab_size: int, device: torch.device) -> dict:
+    """choose_training_precision's record, always timed (a fixed precision alone), plus the chosen precision's
+    training tokens/s and the model's parameter count: what a budget shape is chosen by."""
+    started = time.perf_counter()
+    fixed = _without_timing(params.train.precision, device)
+    precisions = (fixed["choice"],) if fixed is not None else PRECISIONS
+    seconds, parameters, batch = _time_training_steps(params, vocab_size, device, precisions)
+    spent = time.perf_counter() - started
+    if fixed is None:
+        record = _decide("auto", batch[0] * batch[1], seconds, spent, batch)
+    else:
+        record = {**fixed, "batch": batch, "timed_rounds": TIMED_ROUNDS, "seconds": round(spent, 2)}
+    record["tokens_per_s"] = round(batch[0] * batch[1] / seconds[record["choice"]], 1)
+    record["parameters"] = parameters
+    return record
 
 
 def choose_evaluation_precision(model: torch.nn.Module, configured: str, batch_size: int, device: torch.device) -> dict:

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from minigpt import batching, eval_loop, runtime, thread_share, train_step
+from minigpt import batching, eval_loop, runtime, shape_choice, thread_share, train_step
 from minigpt.checkpoint import (
     CheckpointError,
     load_checkpoint,
@@ -145,12 +145,17 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
     say = out if ddp.main else (lambda _msg: None)
     if require_gate:
         report = verify_gate(params, root)
-        if params.train.precision == "auto":
-            params = run_params(params, report)
-            timing = report["precision"]
+        params = run_params(params, report)  # the shape and precision preflight chose (and the gate binds)
+        if report.get("shape"):
+            say(f"[train] budget shape: {shape_choice.describe(report['shape'])}")
+        timing = report["precision"]
+        if timing.get("configured") == "auto":
             how = (f"preflight timed fp32 {timing['fp32_tokens_per_s']:,.0f} and bf16 {timing['bf16_tokens_per_s']:,.0f} "
                    "tokens/s on this machine") if "fp32_tokens_per_s" in timing else timing.get("reason", "")
             say(f"[train] precision auto: {params.train.precision} ({how})")
+    elif params.budget.choose_shape:
+        raise ConfigError("budget.choose_shape is true: the shape is chosen by preflight's timings, so this run needs "
+                          "the gate (run preflight first), or set budget.choose_shape=false and a model.")
     elif params.train.precision == "auto":
         params = _choose_precision_ungated(params, root, ddp, say)
     cfg = params.train
@@ -385,6 +390,7 @@ def _summary(run: Run) -> dict:
         "clipped_fraction": progress.clipped_steps / max(1, progress.step),
         "resumed_from_step": run.resumed_from,
         "parameters": run.raw_model.num_parameters(),
+        "model": run.params.section_dict("model"),  # the shape trained (budget.choose_shape may have picked it)
         "device": str(run.device),
         "precision": cfg.precision,
         "world_size": run.ddp.world,

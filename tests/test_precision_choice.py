@@ -19,10 +19,10 @@ FAST = ["train.max_steps=20", "train.warmup_steps=5", "train.eval_every=10", "tr
 
 def force(monkeypatch, fp32_s: float, bf16_s: float, calls: list | None = None):
     """Make the timing report these seconds per step (the real timing is exercised by the first test)."""
-    def timed(run_once, device):
+    def timed(run_once, device, precisions=("fp32", "bf16")):
         if calls is not None:
             calls.append(run_once)
-        return {"fp32": fp32_s, "bf16": bf16_s}
+        return {p: {"fp32": fp32_s, "bf16": bf16_s}[p] for p in precisions}
     monkeypatch.setattr(precision_choice, "_interleaved", timed)
 
 

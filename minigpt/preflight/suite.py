@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from minigpt import precision_choice
+from minigpt import precision_choice, shape_choice
 from minigpt.checks import Check, CheckResult, Context, run_checks
 from minigpt.config import Params
 from minigpt.errors import MinigptError
@@ -31,7 +31,8 @@ SUMMARY_FIELDS = ("tokenizer_fingerprint", "vocab_size", "token_range", "batch_s
 CHECKS: tuple[Check, ...] = data_checks.CHECKS + model_checks.CHECKS + training_checks.CHECKS
 
 
-def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict, precision: dict) -> dict:
+def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict, precision: dict,
+                 shape: dict | None = None) -> dict:
     env = next((r.measured for r in results if r.name == "environment"), {})
     total = sum(r.seconds for r in results)
     report = {
@@ -46,6 +47,8 @@ def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict, p
         "config": gated_config(ctx.params),
         # how train.precision was chosen: as configured, or (auto) both timings on this machine and the faster
         "precision": precision,
+        # budget.choose_shape: every shape's measured tokens/s and tokens per parameter in the budget, and the choice
+        "shape": shape,
         "fingerprints": fingerprints,
     }
     report["report_digest"] = canonical_json_digest(report)
@@ -67,8 +70,10 @@ def run_preflight(params: Params, root: Path = Path("."), report_path: Path | No
         tokenizer_vocab = CharTokenizer.load(root / TOKENIZER_FILE).vocab_size
     except MinigptError:
         pass
-    # train.precision: auto becomes fp32 or bf16 here; every check then runs, and the report binds, that choice
-    precision = precision_choice.choose_training_precision(params, tokenizer_vocab or 1, device)
+    # budget.choose_shape: the shape the rule picks from this machine's timings; train.precision: auto becomes fp32
+    # or bf16 here. Every check then runs, and the report binds, those choices
+    params, shape, precision = shape_choice.choose_shape(params, tokenizer_vocab or 1, device)
+    precision = precision or precision_choice.choose_training_precision(params, tokenizer_vocab or 1, device)
     params = params.with_train_precision(precision["choice"])
     # bound before the checks run: the report vouches for the data, config and code that were checked
     fingerprints = current_fingerprints(params, root)
@@ -76,6 +81,6 @@ def run_preflight(params: Params, root: Path = Path("."), report_path: Path | No
     ctx = Context(params=params, root=root, device=device, model_config=model_config, **context_overrides)
     torch.manual_seed(params.preflight.seed)
     results = run_checks(ctx, CHECKS)
-    report = build_report(ctx, results, fingerprints, precision)
+    report = build_report(ctx, results, fingerprints, precision, shape)
     atomic_write_json(report_path, report)
     return report

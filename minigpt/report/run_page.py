@@ -27,6 +27,18 @@ def precision_line(what: str, record: dict | None) -> str:
     return f"<p>{text}</p>"
 
 
+def shape_line(record: dict | None) -> str:
+    """budget.choose_shape: each shape's measured speed and tokens per parameter in the budget, and the choice."""
+    if not record:
+        return ""
+    rows = ", ".join(f"{escape(name)} {fmt(s.get('parameters'))} parameters at {fmt(s.get('tokens_per_s'))} tokens/s "
+                     f"({escape(str(s.get('precision')))}) = {fmt(s.get('tokens_per_parameter'), 2)} tokens/parameter"
+                     for name, s in (record.get("shapes") or {}).items())
+    return (f"<p>budget shape: <b>{escape(str(record.get('choice')))}</b> (in {fmt(record.get('budget_seconds'), 0)} s: "
+            f"{rows}; the largest with at least {fmt(record.get('min_tokens_per_parameter'), 2)} tokens/parameter, "
+            "else the smallest)</p>")
+
+
 def preflight_section(run: RunFiles) -> list[str]:
     if run.preflight is None:
         return ["<h2>Preflight</h2>", '<p class="muted">no preflight report (preflight has not run)</p>']
@@ -39,7 +51,7 @@ def preflight_section(run: RunFiles) -> list[str]:
         banner = (f'<div class="banner failed"><span class="failed">Preflight failed: {escape(names)}</span>. '
                   "The gate refused to train this run.</div>")
     rows, classes = [], []
-    banner += precision_line("training precision", report.get("precision"))
+    banner += shape_line(report.get("shape")) + precision_line("training precision", report.get("precision"))
     for i, check in enumerate(report.get("checks", []), 1):
         status = check.get("status", "?")
         detail = escape(check.get("message", ""))

@@ -1,0 +1,132 @@
+"""budget.choose_shape: preflight times the budget shapes on this machine, the tokens-per-parameter rule picks one,
+the report records the timings and the choice, the gate binds it, and train trains exactly that shape."""
+
+import pytest
+
+from minigpt import shape_choice
+from minigpt.config import load_params
+from minigpt.errors import ConfigError
+from minigpt.gate import GateError, verify_gate
+from minigpt.preflight.suite import run_preflight
+from minigpt.shape_choice import ShapeTiming, pick_shape
+from minigpt.training import train
+
+from helpers import REPO_ROOT
+from helpers.pipeline_fixture import recompose
+
+SMALL, PRODUCTION = 832_000, 3_253_248  # the two budget shapes' parameters (wt2-mini vocabulary)
+
+
+def shapes(small_tok_s: float, production_tok_s: float) -> list[ShapeTiming]:
+    return [ShapeTiming("production", PRODUCTION, production_tok_s), ShapeTiming("small", SMALL, small_tok_s)]
+
+
+@pytest.mark.parametrize("machine,budget_s,small_tok_s,production_tok_s,expected", [
+    # the measurements the rule was calibrated on (README, "Time budgets"): tokens/s each shape trained at
+    ("AMD EPYC avx512_bf16, 72 s", 72, 32_460, 11_021, "small"),
+    ("AMD EPYC avx512_bf16, 15 min", 900, 32_460, 11_021, "production"),
+    ("Intel Xeon AMX, 72 s", 72, 28_400, 11_400, "small"),
+    ("Intel Xeon AMX, 15 min", 900, 28_400, 11_400, "production"),
+    ("AMD EPYC with slow bf16 (the issue's), 72 s", 72, 16_000, 5_700, "small"),
+    ("AMD EPYC with slow bf16 (the issue's), 15 min", 900, 16_000, 5_700, "small"),
+])
+def test_the_rule_reproduces_the_measured_winners(machine, budget_s, small_tok_s, production_tok_s, expected):
+    assert pick_shape(shapes(small_tok_s, production_tok_s), budget_s, 2.0) == expected, machine
+
+
+def test_the_rule_takes_the_largest_shape_that_sees_enough_tokens_per_parameter():
+    timings = [ShapeTiming("a", 1_000, 100.0), ShapeTiming("b", 10_000, 100.0), ShapeTiming("c", 100_000, 100.0)]
+    # in 1000 s: a sees 100 tokens/parameter, b 10, c 1
+    assert pick_shape(timings, 1000, 5.0) == "b"
+    assert pick_shape(timings, 1000, 1.0) == "c"
+    assert pick_shape(timings, 1000, 50.0) == "a"
+    assert pick_shape(timings, 1000, 500.0) == "a", "none sees enough: the smallest trains"
+    assert pick_shape(timings[::-1], 1000, 5.0) == "b", "the order the shapes are listed in does not matter"
+    with pytest.raises(ValueError):
+        pick_shape([], 1000, 1.0)
+
+
+def test_choose_shape_needs_a_clock_and_valid_shapes(tmp_path, project):
+    root, source = project
+    with pytest.raises(ConfigError, match="'budget.choose_shape' is true but 'train.max_seconds' is null"):
+        recompose(root, source, ["budget.choose_shape=true"])
+    with pytest.raises(ConfigError, match=r"budget.shapes.small: 'model.dropout' = 1.5 is invalid"):
+        recompose(root, source, ["experiment=budget-72s", "budget.shapes.small.model.dropout=1.5"])
+    with pytest.raises(ConfigError, match=r"budget.shapes.small: unknown key 'model.width'"):
+        recompose(root, source, ["experiment=budget-72s", "+budget.shapes.small.model.width=3"])
+    with pytest.raises(ConfigError, match=r"'budget.shapes.small.train.max_seconds' is not allowed"):
+        recompose(root, source, ["experiment=budget-72s", "+budget.shapes.small.train.max_seconds=3"])
+
+
+# two shapes small enough for the fixture: "small" (1 layer, width 32) and "production" (2 layers, width 64)
+TINY_SHAPES = ["experiment=budget-72s", "train.max_steps=20", "train.eval_every=10", "train.eval_batches=2",
+               "train.sample_length=0", "train.precision=fp32", "train.warmup_steps=5",
+               "preflight.overfit_steps=30", "preflight.overfit_threshold=5.0",
+               "budget.shapes.small.model.num_layers=1", "budget.shapes.small.model.embedding_dim=32",
+               "budget.shapes.small.model.block_size=32", "budget.shapes.small.train.warmup_steps=5",
+               "budget.shapes.small.train.lr=0.01",
+               "+budget.shapes.production.model.num_layers=2", "+budget.shapes.production.model.embedding_dim=64",
+               "+budget.shapes.production.model.block_size=32", "+budget.shapes.production.train.lr=0.003"]
+
+
+@pytest.mark.parametrize("max_seconds,expected", [(1e6, "production"), (1e-3, "small")])
+def test_preflight_picks_the_shape_the_report_binds_and_train_trains_it(project, max_seconds, expected):
+    root, source = project
+    params = recompose(root, source, [*TINY_SHAPES, f"train.max_seconds={max_seconds}"])
+    report = run_preflight(params, root)
+    assert report["passed"], report["failed"]
+    record = report["shape"]
+    assert record["choice"] == expected and set(record["shapes"]) == {"small", "production"}
+    for measured in record["shapes"].values():
+        assert measured["tokens_per_s"] > 0 and measured["precision"] == "fp32"
+        assert measured["tokens_per_parameter"] == pytest.approx(
+            measured["tokens_per_s"] * max_seconds / measured["parameters"], rel=1e-3, abs=1e-3)
+    chosen = params.with_shape(expected)
+    assert report["config"]["model"] == chosen.section_dict("model"), "the checks ran on the chosen shape"
+    lines = []
+    summary = train(params, root, out=lines.append)
+    assert summary["model"] == chosen.section_dict("model")
+    assert summary["parameters"] == record["shapes"][expected]["parameters"]
+    assert any(line.startswith(f"[train] budget shape: {expected} (") for line in lines)
+
+
+def test_the_gate_refuses_a_report_made_for_other_shapes_or_another_rule(project):
+    root, source = project
+    params = recompose(root, source, [*TINY_SHAPES, "train.max_seconds=1000000"])
+    assert run_preflight(params, root)["passed"]
+    verify_gate(params, root)
+    for change, named in (("budget.min_tokens_per_parameter=50", "budget.min_tokens_per_parameter"),
+                          ("budget.shapes.small.model.embedding_dim=48", "budget.shapes"),
+                          ("train.max_seconds=500", "train.max_seconds")):
+        other = recompose(root, source, [*TINY_SHAPES, "train.max_seconds=1000000", change])
+        with pytest.raises(GateError, match=f"mismatched fingerprint: config \\(.*{named}"):
+            verify_gate(other, root)
+
+
+def test_training_without_the_gate_refuses_to_guess_a_shape(project):
+    root, source = project
+    params = recompose(root, source, [*TINY_SHAPES, "train.max_seconds=10"])
+    with pytest.raises(ConfigError, match="budget.choose_shape is true: the shape is chosen by preflight"):
+        train(params, root, require_gate=False, out=lambda _m: None)
+
+
+@pytest.mark.parametrize("preset", ["budget-72s", "budget-15m"])
+def test_budget_presets_choose_among_the_calibrated_shapes(tmp_path, preset):
+    from minigpt.compose import compose_params
+
+    compose_params(tmp_path / "params.yaml", REPO_ROOT / "conf", [f"experiment={preset}"])
+    params = load_params(tmp_path / "params.yaml")
+    assert params.budget.choose_shape and set(params.budget.shapes) == {"small", "production"}
+    assert params.budget.min_tokens_per_parameter == 2.0
+    assert params.with_shape("small").model.embedding_dim == 128
+    assert params.with_shape("production").model == params.model  # the production model as composed
+
+
+def test_describe_names_every_shape_and_the_choice():
+    record = {"choice": "small", "budget_seconds": 72.0, "min_tokens_per_parameter": 2.0, "shapes": {
+        "small": {"parameters": SMALL, "tokens_per_s": 32000.0, "precision": "bf16", "tokens_per_parameter": 2.769},
+        "production": {"parameters": PRODUCTION, "tokens_per_s": 11000.0, "precision": "bf16",
+                       "tokens_per_parameter": 0.243}}}
+    line = shape_choice.describe(record)
+    assert line.startswith("small (in 72 s: small 832,000 parameters at 32,000 tokens/s (bf16) = 2.77 tokens/parameter")
+    assert "production 3,253,248 parameters" in line and ">= 2" in line
