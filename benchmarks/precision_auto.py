@@ -19,7 +19,7 @@ from minigpt.model import MiniGPT, MiniGPTConfig  # noqa: E402
 from minigpt.precision_choice import choose_evaluation_precision, choose_training_precision  # noqa: E402
 
 PRESETS = {"debug": ["experiment=debug", "train.precision=auto", "evaluate.precision=auto"], "production": [],
-           "budget-72s": ["experiment=budget-72s"], "budget-15m": ["experiment=budget-15m"]}
+           "budget shape small": ["experiment=budget-72s"], "budget shape production": ["experiment=budget-15m"]}
 VOCAB = 119  # wt2-mini's vocabulary
 
 
@@ -37,6 +37,8 @@ def main() -> None:
             if args.smoke and preset != "debug":
                 continue
             params = compose_project(Path(scratch), corpus, overrides)
+            if params.budget.choose_shape:  # the budget presets' shapes, each as it would be timed in preflight
+                params = params.with_shape(preset.split()[-1])
             device = torch.device("cpu")
             train = choose_training_precision(params, VOCAB, device)
             model = MiniGPT(MiniGPTConfig.from_params(params.model, VOCAB)).eval()

@@ -39,6 +39,9 @@ from minigpt.tokenizer import CharTokenizer  # noqa: E402
 
 PRESETS = {"debug": ["experiment=debug"], "production": [], "budget-72s": ["experiment=budget-72s"],
            "budget-15m": ["experiment=budget-15m"]}
+# the budget presets train the shape preflight picks on the machine; these are the ones the rule picked on the
+# calibration machines (README, "Budget shapes"), checked here without timing
+BUDGET_SHAPE = {"budget-72s": "small", "budget-15m": "production"}
 REHEARSAL = ("lr_stability", "rehearsal_learns")
 PREREQUISITES = {"files", "tokenizer", "token_ids"}
 
@@ -149,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         prepare_project(work, corpus)
         for preset in args.presets:
             params = compose_project(work, corpus, PRESETS[preset] + args.override)
+            if params.budget.choose_shape:
+                params = params.with_shape(BUDGET_SHAPE[preset])
             base = base_context(work, params)
             seeds = range(args.first_seed, args.first_seed + args.seeds)
             healthy = [rehearse_once(base, params, s) for s in seeds]

@@ -1,11 +1,11 @@
-"""Stage report: the run's decision metrics (reports/metrics.json, the only DVC metrics file) and its offline
-HTML page (reports/report.html) from the reports the earlier stages wrote."""
+"""Stage report: the run's decision metrics (the five DVC compares in reports/metrics.json, the only DVC metrics
+file) and its offline HTML page (reports/report.html, all of them) from the reports the earlier stages wrote."""
 
 from pathlib import Path
 
 from minigpt.io_utils import atomic_write_json, atomic_write_text
 from minigpt.paths import REPORT_HTML, RUN_METRICS
-from minigpt.report.decision import decision_metrics
+from minigpt.report.decision import decision_metrics, dvc_metrics
 from minigpt.report.run_files import WORKSPACE, load_run, workspace_reader
 from minigpt.report.run_page import run_page
 from minigpt.stage import stage_main
@@ -13,7 +13,7 @@ from minigpt.stage import stage_main
 
 def run(params):
     files = load_run(WORKSPACE, workspace_reader(Path(".")))
-    metrics = decision_metrics(files)
+    metrics = dvc_metrics(decision_metrics(files))
     atomic_write_json(RUN_METRICS, metrics)
     atomic_write_text(REPORT_HTML, run_page(files))
     print("[report] " + ", ".join(f"{k} {v}" for k, v in metrics.items()))

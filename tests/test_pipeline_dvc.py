@@ -1,6 +1,7 @@
 """The data stages through real `dvc repro` on the fixture, in a temporary git repo."""
 
 import json
+import subprocess
 import sys
 
 import pytest
@@ -121,6 +122,11 @@ def test_full_dag_then_noop_then_lr_sweep_through_the_queue(tmp_path, fixture_di
     assert len(table) <= 15, "one screen: " + "\n".join(table)
     csv_header = project.dvc("exp", "show", "--csv").stdout.splitlines()[0].split(",")
     assert {"val_bpc", "test_bpc", "train.lr"} <= set(csv_header), csv_header
+    # the table DVC draws on a terminal (rich sizes it from COLUMNS): the swept param must end within 120 columns
+    wide = subprocess.run([sys.executable, "-m", "dvc", "exp", "show", "--no-pager"], cwd=root, capture_output=True,
+                          text=True, env={**project.env, "COLUMNS": "400"}).stdout.splitlines()
+    header = next(line for line in wide if "Experiment" in line)
+    assert header.index("train.lr") + len("train.lr") <= 120 and header.index("val_bpc") < header.index("train.lr"), header
     compared = project.run(sys.executable, "-m", "minigpt.report", "compare", *names, *refused, "--out", "compare.html")
     assert compared.returncode == 0, compared.stderr
     seen = visit(root / "compare.html")

@@ -1,5 +1,7 @@
-"""The decision metrics: the few numbers a person compares runs on, and the only ones DVC treats as metrics
-(reports/metrics.json). Everything else a run measured stays in its reports.
+"""The decision metrics: the few numbers a person compares runs on. The run and comparison pages show all of
+them; the first five are the only numbers DVC treats as metrics (reports/metrics.json), so that `dvc exp show` of
+a sweep fits a 120-column terminal with the swept param (DVC puts every metric before the first param, after 40-55
+columns of its own). Everything else a run measured stays in its reports.
 
 Whether preflight passed is not among them: a run that DVC records has passed it by construction (train refuses
 otherwise, and the experiment fails), so the column could only read 1. The run report and the comparison page
@@ -12,7 +14,7 @@ import math
 
 from minigpt.report.run_files import RunFiles
 
-# key -> (what it is, whether lower is better): the order is the column order in `dvc exp show`
+# key -> (what it is, whether lower is better): the order is the column order of the pages and `dvc exp show`
 DECISION_METRICS = {
     "val_bpc": ("validation bits per character (full split)", True),
     "test_bpc": ("test bits per character (full split)", True),
@@ -23,6 +25,8 @@ DECISION_METRICS = {
     "check_s": ("seconds of preflight's slowest check", True),
     "rep4": ("share of repeated character 4-grams in the samples (mean)", True),
 }
+# the ones in reports/metrics.json (`dvc exp show`, `dvc metrics diff`); train_s, check_s and rep4 are on the pages
+DVC_METRICS = ("val_bpc", "test_bpc", "gap_bpc", "best_step", "tok_s")
 
 
 def _round(value, digits: int = 4):
@@ -47,3 +51,8 @@ def decision_metrics(run: RunFiles) -> dict:
     if run.generation:
         out.update(rep4=run.generation["mean"]["repeated_4gram_share"])
     return {key: _round(out[key], 1 if key == "tok_s" else 4) for key in DECISION_METRICS if key in out}
+
+
+def dvc_metrics(metrics: dict) -> dict:
+    """The decision metrics DVC compares (DVC_METRICS), in that order."""
+    return {key: metrics[key] for key in DVC_METRICS if key in metrics}
