@@ -1,7 +1,7 @@
 """The decision metrics: the few numbers a person compares runs on. The run and comparison pages show all of
-them; the first five are the only numbers DVC treats as metrics (reports/metrics.json), so that `dvc exp show` of
-a sweep fits a 120-column terminal with the swept param (DVC puts every metric before the first param, after 40-55
-columns of its own). Everything else a run measured stays in its reports.
+them; five of them (DVC_METRICS) are the only numbers DVC treats as metrics (reports/metrics.json), so that
+`dvc exp show` of a sweep fits a 120-column terminal with the swept param (DVC puts every metric before the first
+param, after ~60 columns of its own). Everything else a run measured stays in its reports.
 
 Whether preflight passed is not among them: a run that DVC records has passed it by construction (train refuses
 otherwise, and the experiment fails), so the column could only read 1. The run report and the comparison page
