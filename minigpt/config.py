@@ -176,11 +176,15 @@ class Params(Section):
 
     @model_validator(mode="after")
     def _budget_has_a_clock(self):
-        if self.budget.choose_shape and (self.train.max_seconds is None or not self.budget.shapes):
-            raise ValueError("'budget.choose_shape' is true but " + (
-                "'train.max_seconds' is null: the shape is chosen from the tokens this machine trains in that budget; "
-                "set train.max_seconds (or use experiment=budget-72s / budget-15m)." if self.train.max_seconds is None
-                else "'budget.shapes' is empty; list at least one shape to choose from."))
+        if not self.budget.choose_shape:
+            return self
+        if self.train.max_seconds is None:
+            raise ValueError("'budget.choose_shape' is true but 'train.max_seconds' is null: the shape is chosen from "
+                             "the tokens this machine trains in that budget; set train.max_seconds (or use "
+                             "experiment=budget-72s / budget-15m).")
+        if not self.budget.shapes:
+            raise ValueError("'budget.choose_shape' is true but 'budget.shapes' is empty; list at least one shape to "
+                             "choose from.")
         return self
 
     @model_validator(mode="after")

@@ -90,19 +90,10 @@ def _time_training_steps(params: Params, vocab_size: int, device: torch.device,
     return _interleaved(step, device, precisions), sum(p.numel() for p in model.parameters()), batch
 
 
-def choose_training_precision(params: Params, vocab_size: int, device: torch.device) -> dict:
-    """The precision the run trains in, and how it was chosen (both timings when train.precision is auto)."""
-    fixed = _without_timing(params.train.precision, device)
-    if fixed is not None:
-        return fixed
-    started = time.perf_counter()
-    seconds, _, batch = _time_training_steps(params, vocab_size, device, PRECISIONS)
-    return _decide("auto", batch[0] * batch[1], seconds, time.perf_counter() - started, batch)
-
-
 def measure_training(params: Params, vocab_size: int, device: torch.device) -> dict:
-    """choose_training_precision's record, always timed (a fixed precision alone), plus the chosen precision's
-    training tokens/s and the model's parameter count: what a budget shape is chosen by."""
+    """How the run's precision is chosen, always timed (a fixed precision alone; under auto both, and the faster
+    wins), plus the chosen precision's training tokens/s and the model's parameter count (what a budget shape is
+    chosen by)."""
     started = time.perf_counter()
     fixed = _without_timing(params.train.precision, device)
     precisions = (fixed["choice"],) if fixed is not None else PRECISIONS
@@ -115,6 +106,12 @@ def measure_training(params: Params, vocab_size: int, device: torch.device) -> d
     record["tokens_per_s"] = round(batch[0] * batch[1] / seconds[record["choice"]], 1)
     record["parameters"] = parameters
     return record
+
+
+def choose_training_precision(params: Params, vocab_size: int, device: torch.device) -> dict:
+    """The precision the run trains in, and how it was chosen (both timings when train.precision is auto; an
+    explicit precision, or auto where bf16 cannot run, without timing)."""
+    return _without_timing(params.train.precision, device) or measure_training(params, vocab_size, device)
 
 
 def choose_evaluation_precision(model: torch.nn.Module, configured: str, batch_size: int, device: torch.device) -> dict:

@@ -51,7 +51,8 @@ def choose_shape(params: Params, vocab_size: int, device: torch.device) -> tuple
     if not budget.choose_shape:
         return params, None, None
     seconds = params.train.max_seconds
-    measured = {name: measure_training(params.with_shape(name), vocab_size, device) for name in budget.shapes}
+    shaped = {name: params.with_shape(name) for name in budget.shapes}
+    measured = {name: measure_training(shape_params, vocab_size, device) for name, shape_params in shaped.items()}
     timings = [ShapeTiming(name, m["parameters"], m["tokens_per_s"]) for name, m in measured.items()]
     choice = pick_shape(timings, seconds, budget.min_tokens_per_parameter)
     record = {
@@ -64,7 +65,7 @@ def choose_shape(params: Params, vocab_size: int, device: torch.device) -> tuple
                             "seconds": measured[t.name]["seconds"]} for t in timings},
         "seconds": round(sum(m["seconds"] for m in measured.values()), 2),
     }
-    return params.with_shape(choice), record, measured[choice]
+    return shaped[choice], record, measured[choice]
 
 
 def describe(record: dict) -> str:
