@@ -82,7 +82,7 @@ def copy_into_fresh_repo(repo: Path, user: str):
     return git
 
 
-DATA_STAGES = ("fetch", "clean", "tokenizer", "encode")
+DATA_STAGES = ("fetch", "clean", "tokenizer", "encode", "baselines")
 
 
 def compose_project(work: Path, corpus: Path, overrides: list[str]):
@@ -95,7 +95,7 @@ def compose_project(work: Path, corpus: Path, overrides: list[str]):
 
 
 def prepare_project(work: Path, corpus: Path) -> None:
-    """A scratch project in `work`: the real data stages (fetch -> encode) run on a local WikiText-format folder."""
+    """A scratch project in `work`: the real data stages (fetch -> encode, baselines) run on a local WikiText-format folder."""
     import subprocess
 
     work.mkdir(parents=True, exist_ok=True)

@@ -140,6 +140,22 @@ class EvaluateConfig(Section):
     precision: Literal["fp32", "bf16", "auto"]
 
 
+class BaselinesConfig(Section):
+    # orders of the interpolated Kneser-Ney character n-grams (all counted in one pass)
+    ngram_orders: list[Annotated[int, Field(ge=1, le=16)]] = _must("a non-empty list of orders in [1, 16]", min_length=1)
+    discount: float = _must("in (0, 1]", gt=0, le=1)
+    # 0 leaves PPMd out of the ladder
+    ppmd_order: int = _must("0 (off) or in [2, 64]", ge=0, le=64)
+    ppmd_mem_mb: int = _must("between 1 and 2048", ge=1, le=2048)
+
+    @field_validator("ppmd_order")
+    @classmethod
+    def _ppmd_order_in_range(cls, value: int) -> int:
+        if value == 1:
+            raise ValueError("PPMd needs order >= 2")
+        return value
+
+
 class GenerateConfig(Section):
     prompts: list[Annotated[str, Field(min_length=1)]] = _must("a non-empty list of non-empty prompts", min_length=1)
     max_new_tokens: int = _must(f"between 1 and {MAX_NEW_TOKENS}", ge=1, le=MAX_NEW_TOKENS)
@@ -171,6 +187,7 @@ class Params(Section):
     clean: CleanConfig
     preflight: PreflightConfig
     evaluate: EvaluateConfig
+    baselines: BaselinesConfig
     generate: GenerateConfig
     budget: BudgetConfig
 

@@ -12,8 +12,10 @@ import torch.nn.functional as F
 
 from minigpt.checkpoint import load_checkpoint, model_from_checkpoint, require_tokenizer
 from minigpt.encoding import load_ids
-from minigpt.errors import MinigptError
-from minigpt.paths import BEST_CHECKPOINT, ENCODED_DIR, TOKENIZER_FILE
+from minigpt.encoding import load_meta
+from minigpt.errors import DataError, MinigptError
+from minigpt.io_utils import read_json
+from minigpt.paths import BASELINES_REPORT, BEST_CHECKPOINT, ENCODED_DIR, TOKENIZER_FILE
 from minigpt.precision_choice import choose_evaluation_precision
 from minigpt.runtime import autocast_for, select_device
 from minigpt.tokenizer import CharTokenizer
@@ -75,8 +77,48 @@ def score_split(model, ids: np.ndarray | torch.Tensor, stride: int, batch_size: 
 
 # ------------------------------------------------------------------------------------------- the stage
 
-# a trained model must beat the uniform baseline log(V) by at least this much (nats/char)
-TRAINED_MARGIN = 0.5
+MODEL_ROW = "this model"
+
+
+def load_baselines(root: Path) -> dict:
+    """The baselines stage's ladder, refused unless it was computed for exactly the encoded splits here."""
+    path = root / BASELINES_REPORT
+    ladder = read_json(path, missing="not found", invalid="not valid JSON", fix="run `dvc repro baselines`.",
+                       error=DataError)
+    meta = load_meta(root / ENCODED_DIR)
+    if not isinstance(ladder, dict) or not isinstance(ladder.get("rows"), list) or not isinstance(ladder.get("data"), dict):
+        raise DataError(f"{path}: not a baselines report (needs 'rows' and 'data'); run `dvc repro baselines`.")
+    stale = [s for s, digest in ladder["data"].items() if meta["splits"].get(s, {}).get("sha256") != digest]
+    if stale:
+        raise DataError(f"{path}: computed for other data (encoded {', '.join(stale)} changed since); "
+                        "run `dvc repro baselines`.")
+    return ladder
+
+
+def compare_with_baselines(val: dict, test: dict, ladder: dict, path: str) -> dict:
+    """The ladder with the model's row placed by val bpc; refuses a model that does not beat the unigram."""
+    rows = {r["name"]: r for r in ladder["rows"]}
+    unigram = next(r for r in ladder["rows"] if r["name"].startswith("unigram"))
+    if not val["bpc"] < unigram["val"]["bpc"]:
+        raise MinigptError(
+            f"{path}: val {val['bpc']:.4f} bpc does not beat the unigram baseline's {unigram['val']['bpc']:.4f} bpc "
+            "(train character frequencies, the same targets). Likely causes: the weights were not loaded or not "
+            "trained, the tokenizer does not match the data, or the run stopped before it learned anything (too "
+            "few steps, LR far too low or high). Not reporting it as a metric.")
+    best = rows[ladder["best_static"]]
+    ngrams = [r for r in ladder["rows"] if "order" in r and r["kind"] == "static"]
+    best_ngram = min(ngrams, key=lambda r: r["val"]["bpc"]) if ngrams else None
+    model_row = {"name": MODEL_ROW, "kind": "model", "val": {"bpc": val["bpc"], "tokens": val["tokens"]},
+                 "test": {"bpc": test["bpc"], "tokens": test["tokens"]}}
+    return {
+        "rows": sorted(ladder["rows"] + [model_row], key=lambda r: -r["val"]["bpc"]),
+        "best_static": best["name"],
+        # negative: the model is better than every static baseline
+        "vs_best_static_bpc": val["bpc"] - best["val"]["bpc"],
+        "beats_unigram": True,
+        "beats_ngram": None if best_ngram is None else val["bpc"] < best_ngram["val"]["bpc"],
+        "best_ngram": None if best_ngram is None else best_ngram["name"],
+    }
 
 
 def evaluate_checkpoint(params, root, checkpoint_path=None) -> dict:
@@ -95,16 +137,13 @@ def evaluate_checkpoint(params, root, checkpoint_path=None) -> dict:
     # evaluate.precision auto: the faster forward pass of this model on this machine, timed here
     precision = choose_evaluation_precision(model, params.evaluate.precision, params.evaluate.batch_size, device)
     score = lambda ids: score_split(model, ids, stride, params.evaluate.batch_size, device, precision["choice"])  # noqa: E731
+    load_baselines(root)  # refused before any scoring when stale or missing
     val_ids, test_ids = load_ids(root / ENCODED_DIR, "val"), load_ids(root / ENCODED_DIR, "test")
     val, test = score(val_ids), score(test_ids)
     # the same number of tokens from the start of train, to measure the generalisation gap
     train_slice = score(load_ids(root / ENCODED_DIR, "train")[: len(val_ids)])
     baseline = math.log(model.config.vocab_size)
-    if not val["loss"] < baseline - TRAINED_MARGIN:
-        raise MinigptError(
-            f"{path}: val loss {val['loss']:.4f} is not clearly below the random baseline log(V) = {baseline:.4f}; "
-            "the weights were not loaded/trained or the tokenizer does not match. Not reporting it as a metric."
-        )
+    baselines = compare_with_baselines(val, test, load_baselines(root), str(path))
     return {
         "val": val,
         "test": test,
@@ -112,6 +151,7 @@ def evaluate_checkpoint(params, root, checkpoint_path=None) -> dict:
         "generalization_gap": val["loss"] - train_slice["loss"],
         "baseline_log_v": baseline,
         "baseline_bpc": baseline / math.log(2),
+        "baselines": baselines,
         "stride": stride,
         "min_context": block - stride + 1,
         "precision": precision,

@@ -6,6 +6,8 @@ RAW_DIR = Path("data/raw")
 CLEAN_DIR = Path("data/clean")
 TOKENIZER_FILE = Path("data/tokenizer/char_tokenizer.json")
 ENCODED_DIR = Path("data/encoded")
+# the classical baselines of the encoded splits: depend on the data alone (DVC-cached, so a sweep never refits them)
+BASELINES_REPORT = Path("data/baselines/baselines.json")
 REPORTS_DIR = Path("reports")
 CLEAN_REPORT = REPORTS_DIR / "clean.json"
 DEBUG_REPORT = REPORTS_DIR / "debug_report.json"

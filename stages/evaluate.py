@@ -15,6 +15,12 @@ def run(params):
         m = metrics[split]
         print(f"[evaluate] {split}: loss {m['loss']:.4f} nats/char, {m['bpc']:.4f} bpc, perplexity "
               f"{m['perplexity']:.3f} over {m['tokens']:,} tokens")
+    ladder = metrics["baselines"]
+    for row in ladder["rows"]:
+        print(f"[evaluate]   {row['name']:<22} {row['kind']:<8} val {row['val']['bpc']:.4f} bpc, test {row['test']['bpc']:.4f}")
+    verdict = "beats" if ladder["vs_best_static_bpc"] < 0 else "does NOT beat"
+    print(f"[evaluate] the model {verdict} the best static baseline ({ladder['best_static']}) by "
+          f"{abs(ladder['vs_best_static_bpc']):.4f} bpc on val")
     print(f"[evaluate] generalisation gap {metrics['generalization_gap']:+.4f}; random baseline "
           f"{metrics['baseline_bpc']:.3f} bpc; best step {metrics['best_step']}")
 

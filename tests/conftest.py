@@ -35,7 +35,7 @@ def fixture_release(fixture_zip, fixture_files):
 
 @pytest.fixture(scope="session")
 def encoded_project(tmp_path_factory, fixture_texts):
-    """A debug-scale project with fetch..encode done on the fixture corpus (built once per session)."""
+    """A debug-scale project with fetch..encode and baselines done on the fixture corpus (built once per session)."""
     from helpers.pipeline_fixture import build_project
 
     base = tmp_path_factory.mktemp("encoded")

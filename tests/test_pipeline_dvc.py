@@ -47,7 +47,7 @@ def test_preflight_gates_each_learning_rate_and_stops_dvc_on_failure(tmp_path, f
     base = ["experiment=debug", "data=local", f"data.path={fixture_dir}"]
     project = DvcProject(tmp_path / "proj", base)
     first = project.dvc("repro", "preflight")
-    assert project.stages_run(first.stdout) == ["fetch", "clean", "tokenizer", "encode", "preflight"]
+    assert project.stages_run(first.stdout) == ["fetch", "clean", "tokenizer", "encode", "preflight"], "no baselines"
     report = json.loads((project.root / "reports/debug_report.json").read_text())
     assert report["passed"] is True
 
@@ -64,7 +64,7 @@ def test_preflight_gates_each_learning_rate_and_stops_dvc_on_failure(tmp_path, f
     assert report["passed"] is False and report["failed"] == ["lr_stability"]
 
 
-ALL_STAGES = ["fetch", "clean", "tokenizer", "encode", "preflight", "train", "evaluate", "generate", "report"]
+ALL_STAGES = ["fetch", "clean", "tokenizer", "encode", "baselines", "preflight", "train", "evaluate", "generate", "report"]
 LR_STAGES = ["preflight", "train", "evaluate", "generate", "report"]
 
 
@@ -109,6 +109,7 @@ def test_full_dag_then_noop_then_lr_sweep_through_the_queue(tmp_path, fixture_di
     ran = project.stages_run(swept.stdout)
     assert sorted(ran) == sorted(LR_STAGES * 2 + ["preflight"]), swept.stdout
     assert "Stage 'encode' didn't change, skipping" in swept.stdout
+    assert "Stage 'baselines' didn't change, skipping" in swept.stdout, "an LR sweep never refits the baselines"
 
     shown = json.loads(project.dvc("exp", "show", "--json").stdout)
     experiments = [run for rev in shown for e in (rev.get("experiments") or []) for run in e["revs"] if run.get("name")]
@@ -121,12 +122,13 @@ def test_full_dag_then_noop_then_lr_sweep_through_the_queue(tmp_path, fixture_di
     table = project.dvc("metrics", "diff", names[0], names[1], "--all").stdout.strip().splitlines()
     assert len(table) <= 15, "one screen: " + "\n".join(table)
     csv_header = project.dvc("exp", "show", "--csv").stdout.splitlines()[0].split(",")
-    assert {"val_bpc", "test_bpc", "train.lr"} <= set(csv_header), csv_header
+    assert {"val_bpc", "test_bpc", "vs_base", "train.lr"} <= set(csv_header), csv_header
     # the table DVC draws on a terminal (rich sizes it from COLUMNS): the swept param must end within 120 columns
     wide = subprocess.run([sys.executable, "-m", "dvc", "exp", "show", "--no-pager"], cwd=root, capture_output=True,
                           text=True, env={**project.env, "COLUMNS": "400"}).stdout.splitlines()
     header = next(line for line in wide if "Experiment" in line)
     assert header.index("train.lr") + len("train.lr") <= 120 and header.index("val_bpc") < header.index("train.lr"), header
+    assert header.index("vs_base") < header.index("train.lr"), "the baseline margin is visible beside val_bpc"
     compared = project.run(sys.executable, "-m", "minigpt.report", "compare", *names, *refused, "--out", "compare.html")
     assert compared.returncode == 0, compared.stderr
     seen = visit(root / "compare.html")
@@ -152,7 +154,7 @@ def test_a_failing_preflight_stops_dvc_repro_before_train(tmp_path, fixture_dir)
     project = DvcProject(tmp_path / "proj", ["experiment=debug", "data=local", f"data.path={fixture_dir}", "train.lr=1.0"])
     result = project.dvc("repro", check=False)
     assert result.returncode != 0
-    assert project.stages_run(result.stdout) == ["fetch", "clean", "tokenizer", "encode", "preflight"]
+    assert project.stages_run(result.stdout) == ["fetch", "clean", "tokenizer", "encode", "baselines", "preflight"]
     assert "lr_stability" in result.stdout
     assert not (project.root / "models").exists() or not list((project.root / "models").iterdir())
     assert json.loads((project.root / "reports/debug_report.json").read_text())["passed"] is False

@@ -49,11 +49,18 @@ def test_the_report_stage_writes_the_decision_metrics_alone_and_the_page(finishe
     evaluation = json.loads((root / "reports/evaluation.json").read_text())
     assert metrics["val_bpc"] == round(evaluation["val"]["bpc"], 4)
     assert metrics["gap_bpc"] == round(evaluation["generalization_gap"] / math.log(2), 4)
-    assert metrics["best_step"] in (10, 20, 30, 40)
+    assert metrics["vs_base"] == round(evaluation["baselines"]["vs_best_static_bpc"], 4)
+    best = next(r for r in evaluation["baselines"]["rows"] if r["name"] == evaluation["baselines"]["best_static"])
+    assert metrics["vs_base"] == round(evaluation["val"]["bpc"] - best["val"]["bpc"], 4)
+    assert "best_step" not in metrics and decision_metrics(load_run("w", workspace_reader(root)))["best_step"] in (10, 20, 30, 40)
     assert all(isinstance(v, (int, float)) for v in metrics.values()), "no strings among the metrics"
     html = (root / "reports/report.html").read_text()
     assert "<script" not in html and " src=" not in html and " href=" not in html, "nothing to load"
     assert html.count('<svg xmlns="http://www.w3.org/2000/svg" class="chart"') == 4
+    assert '<table class="baselines">' in html and '<tr class="model-row"><td><b>this model</b>' in html
+    # the fixture's 40-step debug model does not beat an n-gram counted on the same train split: the page says so
+    ladder = evaluation["baselines"]
+    assert ladder["beats_ngram"] is False and f"The model does not beat the {ladder['best_ngram']} baseline" in html
     for heading in ("Decision metrics", "Preflight", "Training", "Evaluation", "Samples", "Config and fingerprints"):
         assert f"<h2>{heading}</h2>" in html
 

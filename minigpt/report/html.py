@@ -17,7 +17,7 @@ table { border-collapse: collapse; margin: 8px 0; } th, td { border: 1px solid #
 .passed { color: #05733c; font-weight: 600; } .failed { color: #b00020; font-weight: 700; }
 .skipped { color: #8a6d00; } tr.failed-row td { background: #fdecee; } .best { background: #e3f4e8; font-weight: 700; }
 .banner { padding: 8px 12px; border-radius: 4px; margin: 12px 0; } .banner.failed { background: #fdecee; }
-.banner.passed { background: #e3f4e8; }
+.banner.passed { background: #e3f4e8; } tr.model-row td { background: #eef3fb; }
 .charts { display: flex; flex-wrap: wrap; gap: 12px; } .chart { border: 1px solid #eee; background: #fff; }
 .chart .plot-area { fill: #fcfcfc; stroke: #ccc; } .chart .grid { stroke: #eee; } .chart .tick { font-size: 10px; fill: #555; }
 .chart .axis-label, .chart .legend { font-size: 11px; fill: #333; } .chart .chart-title { font-size: 13px; font-weight: 600; }

@@ -98,12 +98,37 @@ def evaluation_section(run: RunFiles) -> list[str]:
     rows = [[split, ("num", fmt(ev[key]["loss"])), ("num", fmt(ev[key]["bpc"])), ("num", fmt(ev[key]["perplexity"], 3)),
              ("num", fmt(ev[key]["tokens"]))] for split, key in (("val", "val"), ("test", "test"), ("train slice", "train_slice"))]
     rows.append(["random baseline (log V)", ("num", fmt(ev["baseline_log_v"])), ("num", fmt(ev["baseline_bpc"])), "", ""])
-    return ["<h2>Evaluation</h2>",
+    return ["<h2>Evaluation</h2>", *baselines_block(ev.get("baselines")),
             f"<p>Every target token of each split scored once (stride {ev.get('stride')}, at least "
             f"{ev.get('min_context')} characters of context), checkpoint <code>{escape(str(ev.get('checkpoint')))}</code>, "
             f"best step {fmt(ev.get('best_step'))}. Generalisation gap (val − train slice): "
             f"{fmt(ev.get('generalization_gap'))} nats.</p>", precision_line("evaluation precision", ev.get("precision")),
             table(["split", "loss (nats/char)", "bits/char", "perplexity", "tokens"], rows)]
+
+
+def baselines_block(ladder: dict | None) -> list[str]:
+    """The model among the classical baselines on the same targets, best last; a flag when an n-gram beats it."""
+    if not ladder:
+        return []
+    out = []
+    if ladder.get("beats_ngram") is False:
+        out.append(f'<div class="banner failed"><span class="failed">The model does not beat the '
+                   f'{escape(str(ladder.get("best_ngram")))} baseline</span> counted on the same train split: more '
+                   "steps, a larger model or a better LR would pay before anything else.</div>")
+    else:
+        verdict = "beats" if ladder["vs_best_static_bpc"] < 0 else "does not beat"
+        out.append(f"<p>The model {verdict} the best static baseline ({escape(str(ladder.get('best_static')))}) by "
+                   f"{fmt(abs(ladder['vs_best_static_bpc']))} bits per character on val.</p>")
+    kinds = {"static": "static: fitted on train, then frozen", "model": "this run's checkpoint",
+             "adaptive": "adaptive: keeps learning on the split as it codes it (not the same kind of model)"}
+    rows, classes = [], []
+    for row in ladder["rows"]:
+        rows.append([f"<b>{escape(row['name'])}</b>" if row["kind"] == "model" else escape(row["name"]),
+                     escape(kinds.get(row["kind"], row["kind"])), ("num", fmt(row["val"]["bpc"])),
+                     ("num", fmt(row["test"]["bpc"])), ("num", fmt(row.get("seconds"), 1))])
+        classes.append("model-row" if row["kind"] == "model" else "")
+    out.append(table(["predictor", "kind", "val bits/char", "test bits/char", "fit s"], rows, classes, cls="baselines"))
+    return out
 
 
 def samples_section(run: RunFiles) -> list[str]:

@@ -1,4 +1,4 @@
-"""Build the data artifacts (fetch -> encode) of a debug-scale project under a directory, via the real stages."""
+"""Build the data artifacts (fetch -> encode, baselines) of a debug-scale project under a directory, via the real stages."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from minigpt.config import load_params
 
 from helpers import REPO_ROOT
 
-DATA_STAGES = ("fetch", "clean", "tokenizer", "encode")
+DATA_STAGES = ("fetch", "clean", "tokenizer", "encode", "baselines")
 
 
 def build_project(root: Path, source_dir: Path, overrides: list[str] = ()) -> Path:

@@ -1,0 +1,19 @@
+"""Stage baselines: classical predictors of val and test, fitted on train -> data/baselines/baselines.json."""
+
+from minigpt.baselines import baseline_ladder
+from minigpt.io_utils import atomic_write_json
+from minigpt.paths import BASELINES_REPORT, ENCODED_DIR
+from minigpt.stage import stage_main
+
+
+def run(params):
+    ladder = baseline_ladder(ENCODED_DIR, params.baselines)
+    atomic_write_json(BASELINES_REPORT, ladder)
+    for row in ladder["rows"]:
+        print(f"[baselines] {row['name']:<22} {row['kind']:<8} val {row['val']['bpc']:.4f} bpc, test "
+              f"{row['test']['bpc']:.4f} bpc ({row['seconds']:.1f} s)")
+    print(f"[baselines] best static baseline: {ladder['best_static']}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(stage_main("baselines", run))
