@@ -20,7 +20,7 @@ from minigpt.gate import current_fingerprints, gated_config
 from minigpt.io_utils import atomic_write_json, canonical_json_digest
 from minigpt.model import MiniGPTConfig
 from minigpt.paths import DEBUG_REPORT, TOKENIZER_FILE
-from minigpt.preflight import data_checks, model_checks, training_checks
+from minigpt.preflight import data_checks, model_checks, step_checks, training_checks
 from minigpt.runtime import select_device
 from minigpt.tokenizer import CharTokenizer
 
@@ -28,7 +28,7 @@ SUMMARY_FIELDS = ("tokenizer_fingerprint", "vocab_size", "token_range", "batch_s
                   "expected_initial_loss", "grad_norm", "missing_gradients", "frozen_parameters", "param_update_max",
                   "rehearsal_loss", "single_batch_final_loss")
 
-CHECKS: tuple[Check, ...] = data_checks.CHECKS + model_checks.CHECKS + training_checks.CHECKS
+CHECKS: tuple[Check, ...] = data_checks.CHECKS + model_checks.CHECKS + step_checks.CHECKS + training_checks.CHECKS
 
 
 def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict, precision: dict,

@@ -23,3 +23,32 @@ def zero_grad_between_backward_and_step(model, optimizer, inputs, targets, lr, p
 def lr_zero_after_warmup(step, warmup_steps, total_steps, max_lr, min_lr=None, time_fraction=0.0):
     """The schedule's cosine part returning 0 (e.g. a progress computed past 1 with min_lr 0)."""
     return REAL_COSINE(step, warmup_steps, total_steps, max_lr, min_lr, time_fraction) if step < warmup_steps else 0.0
+
+
+def lr_tail_at_zero(step, warmup_steps, total_steps, max_lr, min_lr=None, time_fraction=0.0):
+    """The schedule's last 10% of steps at 0 instead of min_lr (a tail the rehearsal's first 60 steps never reach)."""
+    if step >= 0.9 * total_steps:
+        return 0.0
+    return REAL_COSINE(step, warmup_steps, total_steps, max_lr, min_lr, time_fraction)
+
+
+REAL_GROUPS = optim.build_param_groups
+
+
+def layernorm_weights_decayed(model, weight_decay):
+    """The decay split by name, forgetting that LayerNorm weights are not matrices: they land in the decay group."""
+    decay = [p for n, p in model.named_parameters() if p.requires_grad and not n.endswith("bias")]
+    no_decay = [p for n, p in model.named_parameters() if p.requires_grad and n.endswith("bias")]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def clip_over_the_last_layer_only(model, optimizer, inputs, targets, lr, precision, grad_clip, clip_params=None):
+    """The real step, clipping (and measuring) only the head's gradients instead of the whole model's."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    loss = eval_loop.calc_loss_batch(model, inputs, targets, precision)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    norm = float(torch.nn.utils.clip_grad_norm_(list(model.parameters())[-1:], grad_clip))
+    optimizer.step()
+    return train_step.StepResult(float(loss.detach()), norm, lr, True)

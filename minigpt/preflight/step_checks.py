@@ -1,0 +1,219 @@
+"""Preflight's checks of the training step's contracts, each pure and fast (no training):
+
+- decay_split: the run's optimizer groups as the guide's exercise states them: every matrix (linear and embedding
+  weights) decays at train.weight_decay, every bias and LayerNorm parameter does not, every trainable parameter is
+  in exactly one group, and no frozen one is in any;
+- lr_schedule: the run's whole LR schedule, evaluated at every step (and, under train.max_seconds, over the
+  share of the clock spent), against its specification: warmup from ~0 to the peak at warmup_steps, never above
+  the peak, never below min_lr after warmup, non-increasing after warmup, ending at min_lr;
+- clipping_contract: the real training step reports the global norm of the model's gradients before clipping,
+  and after its clipping that norm is at most the clip threshold (checked at the run's grad_clip and at one that
+  must cut).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from minigpt import eval_loop, train_step
+from minigpt.checks import Check, CheckFailed, Context
+
+# time fractions and steps at which a clock-limited run's schedule is evaluated
+TIME_GRID = 101
+STEPS_ON_THE_CLOCK = 64
+LR_RTOL = 1e-9
+NORM_RTOL = 1e-3
+
+
+def _expected_decay(model: nn.Module) -> dict[str, bool]:
+    """name -> whether the exercise says it decays: matrices of linear and embedding layers yes, biases and
+    LayerNorm parameters no (decided by the module that owns the parameter, not by its shape)."""
+    expected = {}
+    for module_name, module in model.named_modules():
+        for name, param in module.named_parameters(recurse=False):
+            full = f"{module_name}.{name}" if module_name else name
+            if isinstance(module, nn.LayerNorm) or name.endswith("bias"):
+                expected[full] = False
+            elif isinstance(module, (nn.Linear, nn.Embedding)) or param.dim() >= 2:
+                expected[full] = True
+            else:  # a parameter of some other kind of module: a vector gain is not decayed, a matrix is
+                expected[full] = param.dim() >= 2
+    return expected
+
+
+def check_decay_split(ctx: Context) -> dict:
+    model, train = ctx.model, ctx.params.train
+    optimizer = train_step.make_optimizer(model, train)  # building it changes nothing in the model
+    names = {id(p): n for n, p in model.named_parameters()}
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    placed: dict[str, list[float]] = {}
+    strangers = 0
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if id(param) not in names:
+                strangers += 1
+                continue
+            placed.setdefault(names[id(param)], []).append(group["weight_decay"])
+    expected = _expected_decay(model)
+    problems = []
+    twice = sorted(n for n, decays in placed.items() if len(decays) > 1)
+    missing = sorted(n for n in expected if n not in placed and n not in frozen)
+    frozen_in = sorted(n for n in placed if n in frozen)
+    wrong_decay = sorted(n for n, decays in placed.items() if expected.get(n) and decays[0] != train.weight_decay)
+    wrongly_decayed = sorted(n for n, decays in placed.items() if expected.get(n) is False and decays[0] != 0.0)
+    measured = {"groups": [{"weight_decay": g["weight_decay"], "parameters": len(g["params"])} for g in optimizer.param_groups],
+                "decayed": sorted(n for n, d in placed.items() if d[0] != 0.0),
+                "not_decayed": sorted(n for n, d in placed.items() if d[0] == 0.0),
+                "weight_decay": train.weight_decay}
+    if twice:
+        problems.append(f"in more than one group: {', '.join(twice)}")
+    if missing:
+        problems.append(f"trainable but in no group (never updated): {', '.join(missing)}")
+    if frozen_in:
+        problems.append(f"frozen (requires_grad=False) but in a group: {', '.join(frozen_in)}")
+    if strangers:
+        problems.append(f"{strangers} tensor(s) in the optimizer that are not parameters of the model")
+    if wrong_decay:
+        problems.append(f"matrices not decayed at weight_decay {train.weight_decay:g}: {', '.join(wrong_decay)}")
+    if wrongly_decayed:
+        problems.append(f"biases / LayerNorm parameters decayed: {', '.join(wrongly_decayed)}")
+    if problems:
+        raise CheckFailed("the optimizer's weight-decay split is wrong: " + "; ".join(problems), measured)
+    return measured
+
+
+def _schedule_problems(lrs: np.ndarray, peak: float, floor: float, warmup: int, what: str) -> list[str]:
+    """lrs[i] is the LR of step i + 1; warmup as configured."""
+    problems = []
+    tol = LR_RTOL * peak
+    if np.any(lrs > peak + tol):
+        step = int(np.argmax(lrs > peak + tol)) + 1
+        problems.append(f"{what}: above the peak {peak:g} at step {step} ({lrs[step - 1]:.6g})")
+    if warmup > 0:
+        ramp = lrs[:warmup]
+        if lrs[0] > 2.0 * peak / warmup + tol:
+            problems.append(f"{what}: warmup starts at {lrs[0]:.6g}, not near 0 (expected <= {2 * peak / warmup:.3g})")
+        if np.any(np.diff(ramp) < -tol):
+            problems.append(f"{what}: falls during warmup (step {int(np.argmax(np.diff(ramp) < -tol)) + 2})")
+        if abs(lrs[warmup - 1] - peak) > 0.02 * peak + peak / max(warmup, 1):
+            problems.append(f"{what}: reaches {lrs[warmup - 1]:.6g} at the end of warmup (step {warmup}), not the peak {peak:g}")
+    after = lrs[max(warmup, 1) - 1:]
+    if np.any(after < floor - tol):
+        step = max(warmup, 1) + int(np.argmax(after < floor - tol))
+        problems.append(f"{what}: below min_lr {floor:g} at step {step} ({lrs[step - 1]:.6g})")
+    rises = np.diff(after) > tol
+    if np.any(rises):
+        step = max(warmup, 1) + int(np.argmax(rises)) + 1
+        problems.append(f"{what}: rises after warmup at step {step} ({lrs[step - 2]:.6g} -> {lrs[step - 1]:.6g})")
+    if abs(lrs[-1] - floor) > tol + 1e-6 * peak:
+        problems.append(f"{what}: ends at {lrs[-1]:.6g}, not at min_lr {floor:g}")
+    return problems
+
+
+def check_lr_schedule(ctx: Context) -> dict:
+    train = ctx.params.train
+    peak = train.lr
+    floor = 0.1 * peak if train.min_lr is None else train.min_lr
+    steps = np.arange(1, train.max_steps + 1)
+    lrs = np.array([train_step.scheduled_lr(train, int(s)) for s in steps])
+    problems = _schedule_problems(lrs, peak, floor, train.warmup_steps, "by steps")
+    measured = {"steps": train.max_steps, "warmup_steps": train.warmup_steps, "peak": peak, "min_lr": floor,
+                "lr_at": {str(int(s)): float(f"{lrs[s - 1]:.6g}") for s in
+                          sorted({1, max(train.warmup_steps, 1), train.max_steps // 2, train.max_steps})}}
+    if train.max_seconds is not None:
+        # a clock-limited run: at any step past warmup, the LR as the clock runs out must fall to min_lr
+        fractions = np.linspace(0.0, 1.0, TIME_GRID)
+        after = np.unique(np.linspace(max(train.warmup_steps, 1), train.max_steps, STEPS_ON_THE_CLOCK).astype(int))
+        for step in after:
+            by_time = np.array([train_step.scheduled_lr(train, int(step), float(f)) for f in fractions])
+            if np.any(np.diff(by_time) > LR_RTOL * peak) or np.any(by_time > peak * (1 + LR_RTOL)) \
+                    or np.any(by_time < floor - LR_RTOL * peak) or abs(by_time[-1] - floor) > 1e-6 * peak:
+                problems.append(f"on the clock at step {int(step)}: LRs {by_time.min():.6g} .. {by_time.max():.6g}, "
+                                f"{'not non-increasing' if np.any(np.diff(by_time) > LR_RTOL * peak) else 'in range'} "
+                                f"as the budget runs out, ending at {by_time[-1]:.6g} (min_lr {floor:g})")
+                break
+        measured.update(max_seconds=train.max_seconds, time_fractions=TIME_GRID, steps_on_the_clock=len(after))
+    if problems:
+        raise CheckFailed("the LR schedule breaks its specification: " + "; ".join(problems[:4]), measured)
+    return measured
+
+
+def _global_norm(params) -> float:
+    return math.sqrt(sum(float(p.grad.double().pow(2).sum()) for p in params if p.grad is not None))
+
+
+def _one_step(ctx: Context, grad_clip: float) -> dict:
+    """The real step on a copy of the model, against a reference backward of the same batch and dropout masks."""
+    train = ctx.params.train
+    reference = copy.deepcopy(ctx.model)
+    reference.train()
+    reference.zero_grad(set_to_none=True)
+    ctx.seed_all(8)
+    eval_loop.calc_loss_batch(reference, *ctx.batch, train.precision).backward()
+    expected = _global_norm(reference.parameters())
+    model = copy.deepcopy(ctx.model)
+    model.train()
+    optimizer = train_step.make_optimizer(model, train)
+    seen = {}
+
+    def before_the_update(*_):  # the gradients as the optimizer steps on them: after the step's clipping
+        seen.setdefault("clipped", _global_norm(model.parameters()))
+
+    optimizer.register_step_pre_hook(before_the_update)
+    ctx.seed_all(8)
+    result = train_step.training_step(model, optimizer, *ctx.batch, train.lr, train.precision, grad_clip)
+    return {"grad_clip": grad_clip, "reference_norm": expected, "reported_norm": result.grad_norm,
+            "norm_at_step": seen.get("clipped"), "stepped": result.stepped}
+
+
+def check_clipping_contract(ctx: Context) -> dict:
+    train = ctx.params.train
+    at_run = _one_step(ctx, train.grad_clip)
+    # a threshold the gradients surely exceed, so the clipping must act
+    cutting = _one_step(ctx, min(train.grad_clip, at_run["reference_norm"] / 2))
+    measured = {"at_grad_clip": at_run, "cutting": cutting}
+    problems = []
+    for case in (at_run, cutting):
+        ref, clip = case["reference_norm"], case["grad_clip"]
+        if not case["stepped"] or case["norm_at_step"] is None:
+            problems.append(f"the step did not step at grad_clip {clip:.4g} (loss or norm non-finite)")
+            continue
+        if abs(case["reported_norm"] - ref) > NORM_RTOL * ref:
+            problems.append(f"the reported norm {case['reported_norm']:.6g} is not the global gradient norm before "
+                            f"clipping {ref:.6g} (grad_clip {clip:.4g})")
+        if case["norm_at_step"] > clip * (1 + NORM_RTOL):
+            problems.append(f"after clipping at {clip:.4g} the optimizer stepped on a gradient of norm "
+                            f"{case['norm_at_step']:.6g}")
+        if ref > clip and case["norm_at_step"] < clip * (1 - NORM_RTOL):
+            problems.append(f"clipping at {clip:.4g} shrank a norm of {ref:.6g} to {case['norm_at_step']:.6g}, "
+                            "below the threshold")
+    if problems:
+        raise CheckFailed("the training step breaks the clipping contract: " + "; ".join(problems), measured)
+    return measured
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("decay_split", check_decay_split, ("gradients",),
+          lambda c: (f"every linear/embedding matrix in a group with weight_decay {c.params.train.weight_decay:g}, every "
+                     "bias and LayerNorm parameter in one with 0; each trainable parameter in exactly one group, no "
+                     "frozen one in any"),
+          ("build_param_groups splitting by name or shape the wrong way (LayerNorm weights, biases decayed)",
+           "a parameter added to the model but not to the optimizer", "the optimizer built over another model's parameters")),
+    Check("lr_schedule", check_lr_schedule, (),
+          lambda c: (f"all {c.params.train.max_steps} steps{' and the clock' if c.params.train.max_seconds else ''}: "
+                     f"warmup from ~0 to lr {c.params.train.lr:g} at step {c.params.train.warmup_steps}, never above it, "
+                     "never below min_lr after warmup, non-increasing after warmup, ending at min_lr"),
+          ("a broken cosine_with_warmup (progress past 1, wrong sign, min_lr ignored)",
+           "warmup computed off by one or never ending", "the time budget's fraction not driving the decay")),
+    Check("clipping_contract", check_clipping_contract, ("gradients",),
+          lambda c: (f"the step's reported norm = the global gradient norm before clipping (rtol {NORM_RTOL}); after "
+                     f"clipping at grad_clip {c.params.train.grad_clip:g} (and at a threshold that must cut) the "
+                     "norm the optimizer steps on is at most the threshold"),
+          ("clip_grad_norm_ over a subset of the parameters (another model, a filtered list)",
+           "the norm measured after clipping instead of before", "clipping per parameter instead of globally")),
+)
