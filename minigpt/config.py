@@ -140,6 +140,22 @@ class EvaluateConfig(Section):
     precision: Literal["fp32", "bf16", "auto"]
 
 
+class WatchConfig(Section):
+    """The training loop's watchdogs (minigpt.watchdogs); README "Watchdogs" says how each was calibrated."""
+    lr_rtol: float = _must("> 0", gt=0)
+    dead_grad_steps: int = _must(">= 1", ge=1)
+    first_evals: int = _must(">= 2", ge=2)
+    val_margin: float = _must(">= 0", ge=0)
+    rising_evals: int = _must(">= 1", ge=1)
+    rise_tolerance: float = _must(">= 0", ge=0)
+    window: int = _must(">= 1", ge=1)
+    settle_steps: int = _must(">= 0", ge=0)
+    clip_share_max: float = _must("in [0, 1]", ge=0, le=1)
+    throughput_fraction: float = _must("in (0, 1]", gt=0, le=1)
+    max_repeat_share: float = _must("in [0, 1]", ge=0, le=1)
+    max_placeholder_share: float = _must("in [0, 1]", ge=0, le=1)
+
+
 class BaselinesConfig(Section):
     # orders of the interpolated Kneser-Ney character n-grams (all counted in one pass)
     ngram_orders: list[Annotated[int, Field(ge=1, le=16)]] = _must("a non-empty list of orders in [1, 16]", min_length=1)
@@ -184,6 +200,7 @@ class Params(Section):
     data: DataConfig
     model: ModelConfig
     train: TrainConfig
+    watch: WatchConfig
     clean: CleanConfig
     preflight: PreflightConfig
     evaluate: EvaluateConfig

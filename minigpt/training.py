@@ -58,6 +58,7 @@ from minigpt.run_control import RunLock, StopRequest, TrainingStopped
 from minigpt.run_log import RunLog, history_for_resume, write_curves
 from minigpt.runtime import Dist
 from minigpt.tokenizer import CharTokenizer
+from minigpt.watchdogs import Watchdogs, WatchdogStop
 
 
 REBALANCE_EVERY = 25  # steps between two looks at how many minigpt processes share the cores
@@ -118,6 +119,8 @@ class Run:
     model: nn.Module | None = None  # what trains: raw_model, compiled and/or DDP-wrapped
     log: RunLog | None = None  # rank 0 only
     resumed_from: int | None = None  # the checkpoint's step when this run continues one
+    reference_tokens_per_s: float | None = None  # preflight's timing of this run's step (precision auto)
+    watch: Watchdogs | None = None
 
     @property
     def cfg(self):
@@ -143,12 +146,14 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
     cfg = params.train
     ddp = runtime.init_distributed(cfg.device)
     say = out if ddp.main else (lambda _msg: None)
+    reference = None  # preflight's tokens/s for this run's step, the throughput watchdog's reference
     if require_gate:
         report = verify_gate(params, root)
         params = run_params(params, report)  # the shape and precision preflight chose (and the gate binds)
         if report.get("shape"):
             say(f"[train] budget shape: {shape_choice.describe(report['shape'])}")
         timing = report["precision"]
+        reference = timing.get(f"{params.train.precision}_tokens_per_s")
         if timing.get("configured") == "auto":
             how = (f"preflight timed fp32 {timing['fp32_tokens_per_s']:,.0f} and bf16 {timing['bf16_tokens_per_s']:,.0f} "
                    "tokens/s on this machine") if "fp32_tokens_per_s" in timing else timing.get("reason", "")
@@ -169,6 +174,7 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
             for stale in remove_stale_temp_files(root / MODELS_DIR, "*.pt"):
                 say(f"[train] removed {stale}, left by a checkpoint write that was killed half-way")
         run = _prepare(params, root, ddp, say, model_factory)
+        run.reference_tokens_per_s = reference
         return _loop(run, stop)
 
 
@@ -244,6 +250,7 @@ def _loop(run: Run, stop: StopRequest) -> dict:
     say(f"[train] {run.raw_model.num_parameters():,} parameters on {device} ({cfg.precision}, world {ddp.world}); "
         f"steps {progress.step + 1}..{cfg.max_steps}{f' or {budget:g} s of wall clock' if budget else ''}, "
         f"{tokens_per_step:,} tokens/step")
+    run.watch = Watchdogs(run.params.watch, cfg.grad_clip, run.params.clean.placeholder, run.reference_tokens_per_s, say)
     bar = _progress_bar(cfg.max_steps, progress.step, ddp.main)
     report = _ConsoleReport(cfg.max_steps, budget, progress.elapsed_s)
     run.model.train()
@@ -266,9 +273,14 @@ def _loop(run: Run, stop: StopRequest) -> dict:
             out_of_time = budget is not None and progress.elapsed_s >= budget
             record = {"step": step, "train_loss": round(result.loss, 6), "lr": lr, "grad_norm": round(result.grad_norm, 6),
                       "tokens_per_sec": round(tokens_per_step / step_s, 1), "elapsed_s": round(progress.elapsed_s, 3)}
+            _watch(run, record, lambda: run.watch.after_step(step, lr, run.optimizer, run.raw_model, result.grad_norm,
+                                                             result.loss, record["tokens_per_sec"]))
             if step % cfg.eval_every == 0 or step == cfg.max_steps or out_of_time:
                 eval_started = time.perf_counter()
                 improved = _evaluate(run, record, val_batches) if ddp.main else False
+                # before this eval's checkpoints: a stop here leaves the previous ones
+                _watch(run, record, lambda: run.watch.after_eval(step, record["val_loss"], record.get("sample"))
+                       if ddp.main else [], agree=True)
                 _append(run, record)
                 run.save_checkpoints([BEST_CHECKPOINT, LATEST_CHECKPOINT] if improved else [LATEST_CHECKPOINT])
                 runtime.barrier(ddp)
@@ -303,9 +315,38 @@ def _loop(run: Run, stop: StopRequest) -> dict:
         write_curves(progress.history, run.root)
         atomic_write_json(run.root / TRAIN_SUMMARY, summary)
         say(f"[train] done: best val loss {summary['best_val_loss']:.4f} at step {summary['best_step']}, "
-            f"{summary['tokens_per_sec_median']:.0f} tok/s, clipped {summary['clipped_fraction']:.1%} of steps")
+            f"{summary['tokens_per_sec_median']:.0f} tok/s, clipped {summary['clipped_fraction']:.1%} of steps, "
+            f"{summary['warnings']} watchdog warning(s)")
     runtime.barrier(ddp)
     return summary
+
+
+def _watch(run: Run, record: dict, check: Callable[[], list[dict]], agree: bool = False) -> None:
+    """The watchdogs' events into the step's record; a stop logs that record and ends the run with one line.
+    agree: the check ran on rank 0 alone, so every rank learns whether it stopped (the per-step checks see the
+    same LR and the same all-reduced gradients on every rank, so they agree by themselves)."""
+    stopped = None
+    try:
+        events = check()
+    except WatchdogStop as exc:
+        stopped, events = exc, [exc.event]
+    if events:
+        record.setdefault("watch", []).extend(events)
+    if agree:
+        if not runtime.any_rank(stopped is not None, run.ddp, run.device):
+            return
+        stopped = stopped or WatchdogStop(f"a watchdog on rank 0 stopped the run at step {record['step']}", {})
+    elif stopped is None:
+        return
+    _append(run, record)
+    raise WatchdogStop(f"{stopped}; {_kept(run)}. The run log has the step's record ('watch').", stopped.event)
+
+
+def _kept(run: Run) -> str:
+    latest = run.root / LATEST_CHECKPOINT
+    if latest.is_file():
+        return f"the last good checkpoint {latest} (step {_checkpoint_step(latest)}) is left intact"
+    return "no checkpoint was written yet"
 
 
 def _append(run: Run, record: dict) -> None:
@@ -352,10 +393,8 @@ def _raise_diverged(run: Run, step: int, result: train_step.StepResult, inputs, 
     bad_grads = [n for n, p in run.raw_model.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()]
     where = f"first module with non-finite output: '{tracker.first}'" if tracker.first else (
         "the forward pass is finite; non-finite gradients in: " + ", ".join(bad_grads[:8]))
-    latest = run.root / LATEST_CHECKPOINT
-    kept = f"the last good checkpoint {latest} (step {_checkpoint_step(latest)}) is left intact" if latest.is_file() else "no checkpoint was written yet"
     raise TrainingDiverged(
-        f"non-finite {what} at step {step} (last finite step {step - 1}); {where}; {kept}. "
+        f"non-finite {what} at step {step} (last finite step {step - 1}); {where}; {_kept(run)}. "
         "Lower train.lr, check grad_clip and the data, then rerun (preflight's lr_stability tests the peak LR)."
     )
 
@@ -388,6 +427,9 @@ def _summary(run: Run) -> dict:
         "max_seconds": cfg.max_seconds,
         "tokens_per_sec_median": rates[len(rates) // 2],
         "clipped_fraction": progress.clipped_steps / max(1, progress.step),
+        # this process's watchdogs (a resumed run's count from where it resumed)
+        "warnings": run.watch.summary()["warnings"] if run.watch else 0,
+        "watchdogs": run.watch.summary() if run.watch else None,
         "resumed_from_step": run.resumed_from,
         "parameters": run.raw_model.num_parameters(),
         "model": run.params.section_dict("model"),  # the shape trained (budget.choose_shape may have picked it)

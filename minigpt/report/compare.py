@@ -127,6 +127,23 @@ def preflight_comparison(runs: list[RunFiles]) -> str:
     return table(["check", *[r.name for r in runs]], [["gate", *verdict]] + rows, [""] + classes, cls="preflight")
 
 
+def watchdog_comparison(runs: list[RunFiles]) -> str:
+    """Per watchdog, how often it fired in each run and its first message (stops marked)."""
+    names = sorted({e["name"] for r in runs for e in r.watchdog_events})
+    if not names:
+        return '<p class="muted">no watchdog fired in any of these runs</p>'
+    rows = []
+    for name in names:
+        cells = []
+        for run in runs:
+            fired = [e for e in run.watchdog_events if e["name"] == name]
+            cells.append("–" if not fired else
+                         f'<span class="failed">{escape(fired[0]["level"])} ×{len(fired)}</span> (step '
+                         f'{fmt(fired[0]["step"])})<br>{escape(fired[0]["message"])}')
+        rows.append([escape(name), *cells])
+    return table(["watchdog", *[r.name for r in runs]], rows, cls="watchdogs")
+
+
 def overlaid_charts(runs: list[RunFiles]) -> str:
     def series(key: str, markers: bool = False) -> list[Series]:
         return [Series(r.name, [(rec["step"], rec[key]) for rec in r.train_log if key in rec], markers=markers)
@@ -151,5 +168,6 @@ def compare_page(runs: list[RunFiles]) -> str:
                                                      for k, values in params]) if params
             else '<p class="muted">the runs share every param</p>',
             "<h2>Curves</h2>", overlaid_charts(runs),
-            "<h2>Preflight</h2>", preflight_comparison(runs)]
+            "<h2>Preflight</h2>", preflight_comparison(runs),
+            "<h2>Watchdogs</h2>", watchdog_comparison(runs)]
     return page(f"minigpt: {', '.join(r.name for r in runs)}", body)

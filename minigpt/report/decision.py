@@ -26,6 +26,7 @@ DECISION_METRICS = {
     "tok_s": ("training tokens per second (median step)", False),
     "check_s": ("seconds of preflight's slowest check", True),
     "rep4": ("share of repeated character 4-grams in the samples (mean)", True),
+    "warnings": ("watchdog warnings during training (README, Watchdogs)", True),
 }
 # the ones in reports/metrics.json (`dvc exp show`, `dvc metrics diff`); train_s, check_s and rep4 are on the pages
 # (best_step stays on the pages: vs_base took its place, so that train.lr still ends within 120 columns)
@@ -55,6 +56,10 @@ def decision_metrics(run: RunFiles) -> dict:
         out.update(check_s=max((c.get("seconds", 0.0) for c in checks), default=0.0))
     if run.generation:
         out.update(rep4=run.generation["mean"]["repeated_4gram_share"])
+    if run.train and "warnings" in run.train:
+        out.update(warnings=run.train["warnings"])
+    elif run.train_log:  # a run a watchdog stopped: no summary, the log has the events
+        out.update(warnings=sum(e.get("level") == "warning" for e in run.watchdog_events))
     return {key: _round(out[key], 1 if key == "tok_s" else 4) for key in DECISION_METRICS if key in out}
 
 

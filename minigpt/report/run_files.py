@@ -44,6 +44,11 @@ class RunFiles:
         return None if self.preflight is None else bool(self.preflight.get("passed"))
 
     @property
+    def watchdog_events(self) -> list[dict]:
+        """Every watchdog firing in the run log, with its step (a stopped run has no summary, but has these)."""
+        return [{"step": record.get("step"), **event} for record in self.train_log for event in record.get("watch", [])]
+
+    @property
     def failed_checks(self) -> list[dict]:
         return [c for c in (self.preflight or {}).get("checks", []) if c.get("status") == "failed"]
 

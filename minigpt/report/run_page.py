@@ -88,7 +88,38 @@ def training_section(run: RunFiles) -> list[str]:
              ("precision", summary.get("precision")), ("processes", summary.get("world_size")),
              ("resumed from step", summary.get("resumed_from_step"))]
     return ["<h2>Training</h2>", table(["", ""], [[escape(k), ("num", fmt(v))] for k, v in facts]),
-            f'<div class="charts">{"".join(charts)}</div>']
+            f'<div class="charts">{"".join(charts)}</div>', *watchdog_block(run)]
+
+
+def watchdog_block(run: RunFiles) -> list[str]:
+    """What the watchdogs saw: each one's level, how often it was judged and fired, its first message."""
+    events = run.watchdog_events
+    summary = ((run.train or {}).get("watchdogs") or {}).get("checks")
+    out = ["<h3>Watchdogs</h3>"]
+    stops = [e for e in events if e.get("level") == "stop"]
+    if stops:
+        out.append(f'<div class="banner failed"><span class="failed">Stopped by the {escape(stops[-1]["name"])} '
+                   f'watchdog at step {fmt(stops[-1]["step"])}</span>: {escape(stops[-1]["message"])}</div>')
+    warned = sorted({e["name"] for e in events if e.get("level") == "warning"})
+    if warned:
+        out.append(f'<div class="banner failed"><span class="failed">Warnings: {escape(", ".join(warned))}</span> '
+                   "(the run went on; see below).</div>")
+    elif summary and not stops:
+        out.append('<p><span class="passed">No watchdog fired</span> during training.</p>')
+    rows, classes = [], []
+    names = list(summary or {}) or sorted({e["name"] for e in events})
+    for name in names:
+        first = next((e for e in events if e["name"] == name), None)
+        tally = (summary or {}).get(name, {})
+        fired = tally.get("fired", sum(e["name"] == name for e in events))
+        rows.append([escape(name), escape(str(tally.get("level", first["level"] if first else ""))),
+                     ("num", fmt(tally.get("evaluated"))), ("num", fmt(fired)),
+                     ("num", fmt(first["step"] if first else None)), escape(first["message"] if first else "")])
+        classes.append("failed-row" if fired else "")
+    if rows:
+        out.append(table(["watchdog", "level", "judged", "fired", "first step", "first message"], rows, classes,
+                         cls="watchdogs"))
+    return out if len(out) > 1 else []
 
 
 def evaluation_section(run: RunFiles) -> list[str]:
