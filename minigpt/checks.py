@@ -37,10 +37,12 @@ class CheckResult:
     seconds: float
     message: str = ""
     likely_causes: list[str] = field(default_factory=list)
+    family: str = ""
 
     def to_dict(self) -> dict:
         out = {
             "name": self.name,
+            "family": self.family,
             "status": self.status,
             "passed": self.status == "passed",
             "measured": self.measured,
@@ -89,6 +91,8 @@ class Check:
     needs: tuple[str, ...]
     threshold: str | Callable[[Context], str]
     likely_causes: tuple[str, ...]
+    # the debugging guide's failure family: correctness, numerical or optimisation
+    family: str = ""
 
     def threshold_text(self, ctx: Context) -> str:
         return self.threshold(ctx) if callable(self.threshold) else self.threshold
@@ -129,6 +133,7 @@ def run_checks(ctx: Context, checks: tuple[Check, ...], only: set[str] | None = 
                 result = CheckResult(check.name, "failed", {"exception": type(exc).__name__},
                                      _safe_threshold(check, ctx), time.perf_counter() - start, message,
                                      ["a bug in the code this check exercises (see the exception)", *check.likely_causes])
+        result.family = check.family
         results[check.name] = result
     return list(results.values())
 

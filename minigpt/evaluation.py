@@ -115,7 +115,6 @@ def compare_with_baselines(val: dict, test: dict, ladder: dict, path: str) -> di
         "best_static": best["name"],
         # negative: the model is better than every static baseline
         "vs_best_static_bpc": val["bpc"] - best["val"]["bpc"],
-        "beats_unigram": True,
         "beats_ngram": None if best_ngram is None else val["bpc"] < best_ngram["val"]["bpc"],
         "best_ngram": None if best_ngram is None else best_ngram["name"],
     }

@@ -119,7 +119,6 @@ class Run:
     model: nn.Module | None = None  # what trains: raw_model, compiled and/or DDP-wrapped
     log: RunLog | None = None  # rank 0 only
     resumed_from: int | None = None  # the checkpoint's step when this run continues one
-    reference_tokens_per_s: float | None = None  # preflight's timing of this run's step (precision auto)
     watch: Watchdogs | None = None
 
     @property
@@ -174,7 +173,7 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
             for stale in remove_stale_temp_files(root / MODELS_DIR, "*.pt"):
                 say(f"[train] removed {stale}, left by a checkpoint write that was killed half-way")
         run = _prepare(params, root, ddp, say, model_factory)
-        run.reference_tokens_per_s = reference
+        run.watch = Watchdogs(params.watch, params.train.grad_clip, params.clean.placeholder, reference, say)
         return _loop(run, stop)
 
 
@@ -250,7 +249,6 @@ def _loop(run: Run, stop: StopRequest) -> dict:
     say(f"[train] {run.raw_model.num_parameters():,} parameters on {device} ({cfg.precision}, world {ddp.world}); "
         f"steps {progress.step + 1}..{cfg.max_steps}{f' or {budget:g} s of wall clock' if budget else ''}, "
         f"{tokens_per_step:,} tokens/step")
-    run.watch = Watchdogs(run.params.watch, cfg.grad_clip, run.params.clean.placeholder, run.reference_tokens_per_s, say)
     bar = _progress_bar(cfg.max_steps, progress.step, ddp.main)
     report = _ConsoleReport(cfg.max_steps, budget, progress.elapsed_s)
     run.model.train()

@@ -24,6 +24,7 @@ from minigpt.preflight import suite
 from minigpt.preflight.suite import CHECKS, run_preflight
 from minigpt.tokenizer import CharTokenizer
 from minigpt.training import train
+from minigpt.watchdogs import WatchdogStop
 
 from helpers import REPO_ROOT
 from helpers.pipeline_fixture import recompose
@@ -57,6 +58,13 @@ def test_correct_pipeline_passes_every_check(project, seed):
     assert report["single_batch_final_loss"] < params.preflight.overfit_threshold
     written = json.loads((root / "reports" / "debug_report.json").read_text())
     assert written == report
+
+
+def test_every_check_has_a_family_and_a_readable_evidence_formatter():
+    from minigpt.report.evidence import FORMATTERS
+
+    assert {c.name: c.family for c in CHECKS if c.family not in ("correctness", "numerical", "optimisation")} == {}
+    assert set(FORMATTERS) == {c.name for c in CHECKS}
 
 
 def test_report_compares_dropout_in_the_overfit_check(project):
@@ -311,7 +319,13 @@ def test_a_step_order_bug_in_the_training_step_fails_optimizer_update_and_really
     try:
         train_step.training_step = zero_grad_between_backward_and_step
         report = run_preflight(params, root)
-        broken = train(params, root, require_gate=False, out=lambda _m: None)
+        # the same planted bug in the loop that train() runs: the gradient_flow watchdog stops it at step 3
+        with pytest.raises(WatchdogStop, match=r"watchdog gradient_flow stopped the run at step 3: no gradient for"):
+            train(params, root, require_gate=False, out=lambda _m: None)
+        # and, with the watchdog made blind to it, the run learns nothing
+        broken = train(recompose(root, source, ["train.max_steps=60", "train.eval_every=60", "train.eval_batches=2",
+                                                "train.sample_length=0", "watch.dead_grad_steps=1000"]),
+                       root, require_gate=False, out=lambda _m: None)
     finally:
         train_step.training_step = original
     # the step measures its norm after zero_grad too: clipping_contract sees a norm of 0 against the real one
@@ -319,7 +333,6 @@ def test_a_step_order_bug_in_the_training_step_fails_optimizer_update_and_really
     assert "one training step changed no parameter" in next(
         c for c in report["checks"] if c["name"] == "optimizer_update")["message"]
     assert statuses(report)["lr_stability"] == statuses(report)["rehearsal_learns"] == "skipped"
-    # the same planted bug is in the loop that train() runs: it learns nothing there either
     (root / "models/mini_gpt_latest.pt").unlink()
     healthy = train(params, root, require_gate=False, out=lambda _m: None)
     log_v = np.log(report["vocab_size"])

@@ -5,6 +5,7 @@ import json
 import math
 import subprocess
 import sys
+from html import escape
 
 import pytest
 
@@ -61,6 +62,19 @@ def test_the_report_stage_writes_the_decision_metrics_alone_and_the_page(finishe
     # the fixture's 40-step debug model does not beat an n-gram counted on the same train split: the page says so
     ladder = evaluation["baselines"]
     assert ladder["beats_ngram"] is False and f"The model does not beat the {ladder['best_ngram']} baseline" in html
+    # each check's evidence as a person reads it, the whole measurement one click away, the guide's family named
+    report = json.loads((root / "reports/debug_report.json").read_text())
+    shift = next(c for c in report["checks"] if c["name"] == "batch_shift")["measured"]
+    assert shift["decoded_target"][:-1] == shift["decoded_input"][1:], "the decoded target row is the input row shifted"
+    assert f"<span class=\"muted\">input row 0:</span> {escape(repr(shift['decoded_input']))}" in html
+    tok = next(c for c in report["checks"] if c["name"] == "tokenizer")["measured"]
+    assert tok["splits"]["val"]["decoded_start"] == tok["splits"]["val"]["clean_start"]
+    assert "val decoded:</span>" in html and "val clean text:</span>" in html and "vocabulary:</span> " in html
+    assert "initial loss:</span> " in html and " nats against log V = " in html
+    assert html.count("<details><summary>measured (JSON)</summary>") == len(report["checks"])
+    assert "<td>correctness</td>" in html and "<td>numerical</td>" in html and "<td>optimisation</td>" in html
+    assert "…" not in html.split("<h2>Preflight</h2>")[1].split("<h2>Training</h2>")[0].replace(" …", ""), \
+        "no JSON cut mid-value"
     for heading in ("Decision metrics", "Preflight", "Training", "Evaluation", "Samples", "Config and fingerprints"):
         assert f"<h2>{heading}</h2>" in html
 
@@ -73,6 +87,7 @@ def test_a_refused_run_gets_a_page_that_names_the_failing_check(project):
     assert result.returncode == 0, result.stderr
     html = (root / "reports/report.html").read_text()
     assert "Preflight failed: lr_stability" in html and '<tr class="failed-row">' in html
+    assert "step loss:</span> " in html and "fixed batches:</span> " in html, "a failed check shows its evidence too"
     assert "no training log (training did not run)" in html
     run = load_run("refused", workspace_reader(root))
     assert list(decision_metrics(run)) == ["check_s"], "a refused run has nothing else to compare"

@@ -21,6 +21,9 @@ from minigpt.textstats import codepoints, from_codepoints
 from minigpt.tokenizer import CharTokenizer
 
 
+STRETCH = 60  # characters of each split (and of a batch row) shown decoded in the report
+
+
 def check_environment(ctx: Context) -> dict:
     return {
         "python": platform.python_version(),
@@ -73,7 +76,9 @@ def check_files(ctx: Context) -> dict:
 def check_tokenizer(ctx: Context) -> dict:
     """Every stored ID of every split decodes to exactly its clean text, and re-encodes to the same IDs."""
     tok = ctx.tokenizer
+    chars = [tok.decode([i]) for i in range(tok.vocab_size)]
     measured: dict[str, Any] = {"tokenizer_fingerprint": tok.fingerprint, "encoded_with": ctx.meta["tokenizer_fingerprint"],
+                                "vocab_size": tok.vocab_size, "first_chars": chars[:12], "last_chars": chars[-12:],
                                 "splits": {}}
     ctx.summary.update(tokenizer_fingerprint=tok.fingerprint, vocab_size=tok.vocab_size)
     problems = []
@@ -91,7 +96,10 @@ def check_tokenizer(ctx: Context) -> dict:
         round_trip = bool(np.array_equal(tok.encode(from_codepoints(decoded)), ids))
         measured["splits"][split] = {"chars_checked": int(ids.size), "clean_chars": int(clean.size),
                                      "matches_clean_text": mismatch is None, "first_mismatch": mismatch,
-                                     "round_trip_equal": round_trip}
+                                     "round_trip_equal": round_trip,
+                                     # what a person compares: the split's start decoded from its IDs, and as cleaned
+                                     "decoded_start": from_codepoints(decoded[:STRETCH]),
+                                     "clean_start": from_codepoints(clean[:STRETCH])}
         if not round_trip:
             problems.append(f"{split}: encode(decode(ids)) != ids")
         if mismatch is not None:
@@ -144,6 +152,10 @@ def check_batch_shift(ctx: Context) -> dict:
         "dtypes": [str(inputs.dtype), str(targets.dtype)],
         "device": str(inputs.device),
     }
+    if inputs.dim() == 2 and targets.dim() == 2 and len(inputs) and len(targets):
+        # the guide's own look at a batch: the first row of inputs and of targets, decoded
+        measured.update(decoded_input=ctx.tokenizer.decode(inputs[0, :STRETCH].tolist()),
+                        decoded_target=ctx.tokenizer.decode(targets[0, :STRETCH].tolist()))
     problems = []
     if inputs.shape != targets.shape or list(inputs.shape) != [batch_size, cfg.block_size]:
         problems.append(f"shapes {list(inputs.shape)} / {list(targets.shape)}, expected [{batch_size}, {cfg.block_size}] both")

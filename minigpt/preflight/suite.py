@@ -8,6 +8,7 @@ data, config and code it checked (minigpt.gate), which train verifies before it 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -28,7 +29,18 @@ SUMMARY_FIELDS = ("tokenizer_fingerprint", "vocab_size", "token_range", "batch_s
                   "expected_initial_loss", "grad_norm", "missing_gradients", "frozen_parameters", "param_update_max",
                   "rehearsal_loss", "single_batch_final_loss")
 
-CHECKS: tuple[Check, ...] = data_checks.CHECKS + model_checks.CHECKS + step_checks.CHECKS + training_checks.CHECKS
+# the debugging guide's three failure families: wrong computation (correctness), numbers that go bad
+# (numerical), and a correct model that does not learn (optimisation)
+FAMILIES = {
+    "environment": "correctness", "files": "correctness", "tokenizer": "correctness", "token_ids": "correctness",
+    "batch_shift": "correctness", "forward_shapes": "correctness", "initial_loss": "numerical",
+    "causal_independence": "correctness", "gradients": "numerical", "optimizer_update": "optimisation",
+    "decay_split": "optimisation", "lr_schedule": "optimisation", "clipping_contract": "numerical",
+    "lr_stability": "optimisation", "rehearsal_learns": "optimisation", "single_batch_overfit": "optimisation",
+}
+CHECKS: tuple[Check, ...] = tuple(
+    replace(check, family=FAMILIES[check.name])
+    for check in data_checks.CHECKS + model_checks.CHECKS + step_checks.CHECKS + training_checks.CHECKS)
 
 
 def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict, precision: dict,

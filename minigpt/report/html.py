@@ -60,9 +60,3 @@ def table(headers: list[str], rows: list[list[str]], row_classes: list[str] | No
         row_class = f' class="{row_classes[i]}"' if row_classes and row_classes[i] else ""
         lines.append(f"<tr{row_class}>{cells}</tr>")
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>' + "".join(lines) + "</tbody></table>"
-
-
-def compact(value, limit: int = 240) -> str:
-    """A measured dict or list as short JSON text (long ones cut, the full value in the report file)."""
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return escape(text if len(text) <= limit else text[: limit - 1] + "…")

@@ -7,7 +7,8 @@ import json
 from html import escape
 
 from minigpt.report.decision import DECISION_METRICS, decision_metrics
-from minigpt.report.html import compact, fmt, page, table
+from minigpt.report.evidence import evidence
+from minigpt.report.html import fmt, page, table
 from minigpt.report.run_files import RunFiles
 from minigpt.report.svg import Series, line_chart
 
@@ -57,13 +58,22 @@ def preflight_section(run: RunFiles) -> list[str]:
         detail = escape(check.get("message", ""))
         if check.get("likely_causes"):
             detail += "<br><span class=\"muted\">likely: " + escape("; ".join(check["likely_causes"])) + "</span>"
-        rows.append([("num", str(i)), escape(check.get("name", "?")), f'<span class="{escape(status)}">{escape(status)}</span>',
-                     escape(str(check.get("threshold", ""))), f"<code>{compact(check.get('measured', {}))}</code>",
-                     ("num", fmt(check.get("seconds"), 2)), detail])
+        rows.append([("num", str(i)), escape(check.get("name", "?")), escape(check.get("family", "")),
+                     f'<span class="{escape(status)}">{escape(status)}</span>', escape(str(check.get("threshold", ""))),
+                     evidence_cell(check), ("num", fmt(check.get("seconds"), 2)), detail])
         classes.append("failed-row" if status == "failed" else "")
     return ["<h2>Preflight</h2>", banner,
-            table(["#", "check", "status", "passes when", "measured", "s", "message / likely cause"], rows, classes,
-                  cls="preflight")]
+            table(["#", "check", "family", "status", "passes when", "evidence", "s", "message / likely cause"], rows,
+                  classes, cls="preflight")]
+
+
+def evidence_cell(check: dict) -> str:
+    """What the check measured, as a person reads it, with the whole measurement one click away."""
+    lines = "".join(f"<div><span class=\"muted\">{escape(label)}:</span> {escape(text)}</div>"
+                    for label, text in evidence(check))
+    full = escape(json.dumps(check.get("measured", {}), indent=1, ensure_ascii=False, default=str))
+    return f'{lines}<details><summary>measured (JSON)</summary><pre>{full}</pre></details>'
+
 
 
 def training_section(run: RunFiles) -> list[str]:

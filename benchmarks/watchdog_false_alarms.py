@@ -1,0 +1,106 @@
+"""The watchdogs on healthy runs: every shipped preset trained through the real gate over many seeds, counting
+the warnings and stops they raise (a healthy run should raise none), with each run's val bpc against the baselines.
+
+    python benchmarks/watchdog_false_alarms.py --corpus ../shared/wt2-mini --presets debug budget-72s --seeds 20
+    python benchmarks/watchdog_false_alarms.py --smoke        # the code paths on the tests' fixture (CI)
+
+Each run: preflight (the real checks, so the throughput watchdog gets preflight's timing as its reference), then
+train with train.seed = preflight.seed = seed, then evaluate (val bpc and the baseline ladder). Run it alone on
+the machine: another job on the cores slows the runs, and the throughput watchdog rightly says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from bench_common import clear_checkpoints, compose_project, machine_kind, machine_label, prepare_project, synthetic_corpus
+from minigpt.evaluation import evaluate_checkpoint  # noqa: E402
+from minigpt.gate import run_params  # noqa: E402
+from minigpt.preflight.suite import run_preflight  # noqa: E402
+from minigpt.training import train  # noqa: E402
+from minigpt.watchdogs import WatchdogStop  # noqa: E402
+
+PRESETS = {"debug": ["experiment=debug"], "budget-72s": ["experiment=budget-72s"],
+           "budget-15m": ["experiment=budget-15m"], "production": []}
+QUIET = ["train.sample_length=200"]
+
+
+def one_run(preset: str, seed: int, work: Path, corpus: Path, extra: list[str]) -> dict:
+    params = compose_project(work, corpus, [*PRESETS[preset], *QUIET, f"train.seed={seed}", f"preflight.seed={seed}",
+                                            *extra])
+    clear_checkpoints(work)
+    started = time.perf_counter()
+    report = run_preflight(params, work)
+    row = {"preset": preset, "seed": seed, "preflight_passed": report["passed"], "failed": report["failed"]}
+    if not report["passed"]:
+        return row
+    try:
+        summary = train(params, work, out=lambda _m: None)
+    except WatchdogStop as stop:
+        return {**row, "stopped": str(stop), "seconds": time.perf_counter() - started}
+    metrics = evaluate_checkpoint(run_params(params, report), work)
+    watch = summary["watchdogs"]
+    return {**row, "steps": summary["steps"], "shape": (report.get("shape") or {}).get("choice"),
+            "precision": summary["precision"], "tokens_per_sec_median": summary["tokens_per_sec_median"],
+            "clipped_fraction": summary["clipped_fraction"], "warnings": summary["warnings"],
+            "fired": {n: c for n, c in watch["checks"].items() if c["fired"]},
+            "evaluated": {n: c["evaluated"] for n, c in watch["checks"].items()},
+            "throughput_reference": watch["reference_tokens_per_s"], "reference": watch["reference"],
+            "val_bpc": metrics["val"]["bpc"], "test_bpc": metrics["test"]["bpc"],
+            "vs_best_static_bpc": metrics["baselines"]["vs_best_static_bpc"],
+            "seconds": time.perf_counter() - started}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path, help="a WikiText-format folder (default: the tests' fixture)")
+    parser.add_argument("--presets", nargs="+", default=["debug", "budget-72s"], choices=list(PRESETS))
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--override", nargs="*", default=[], help="Hydra overrides for every run")
+    parser.add_argument("--smoke", action="store_true", help="2 seeds of a 40-step debug run on the fixture")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/watchdog_false_alarms.json"))
+    args = parser.parse_args()
+    label = machine_label()
+    presets, seeds, extra = args.presets, args.seeds, list(args.override)
+    if args.smoke:
+        presets, seeds, extra = ["debug"], 2, extra + ["train.max_steps=40", "train.eval_every=10", "watch.window=10"]
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        work = Path(scratch) / "project"
+        corpus = args.corpus.resolve() if args.corpus else synthetic_corpus(Path(scratch) / "corpus")
+        prepare_project(work, corpus)
+        for preset in presets:
+            for seed in range(1, seeds + 1):
+                row = one_run(preset, seed, work, corpus, extra)
+                rows.append({"machine": machine_kind(label), **row})
+                fired = ", ".join(f"{n} x{c['fired']}" for n, c in row.get("fired", {}).items()) or "none"
+                print(f"{preset:<11} seed {seed:>3}: "
+                      + (f"preflight failed {row['failed']}" if not row["preflight_passed"] else
+                         f"STOPPED {row['stopped']}" if "stopped" in row else
+                         f"{row['steps']} steps, val {row['val_bpc']:.4f} bpc (vs best static {row['vs_best_static_bpc']:+.4f}), "
+                         f"warnings {row['warnings']} ({fired}), {row['seconds']:.0f} s"), flush=True)
+    summary = {}
+    for preset in presets:
+        mine = [r for r in rows if r["preset"] == preset]
+        trained = [r for r in mine if "val_bpc" in r]
+        summary[preset] = {"runs": len(mine), "refused": sum(not r["preflight_passed"] for r in mine),
+                           "stopped": sum("stopped" in r for r in mine),
+                           "runs_with_warnings": sum(r["warnings"] > 0 for r in trained),
+                           "warnings": sum(r["warnings"] for r in trained),
+                           "val_bpc": [min((r["val_bpc"] for r in trained), default=None),
+                                       max((r["val_bpc"] for r in trained), default=None)],
+                           "vs_best_static_bpc": [min((r["vs_best_static_bpc"] for r in trained), default=None),
+                                                  max((r["vs_best_static_bpc"] for r in trained), default=None)]}
+        print(f"{preset}: {json.dumps(summary[preset])}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"machine": label, "smoke": args.smoke, "summary": summary, "rows": rows},
+                                   indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

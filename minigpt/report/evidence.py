@@ -1,0 +1,151 @@
+"""Each preflight check's measurements as a person checks them: decoded text beside the clean text, the input and
+target rows of a batch, numbers with their units. Read from the report's JSON (`measured`), so the page shows the
+same evidence for a passed and a failed check; a check without a formatter shows its scalar measurements."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+Lines = list[tuple[str, str]]
+
+
+def _num(value, digits: int = 4, unit: str = "") -> str:
+    if isinstance(value, bool) or value is None:
+        return {True: "yes", False: "no", None: "–"}[value]
+    if isinstance(value, float):
+        text = f"{value:.{digits}g}" if abs(value) < 1e-3 or abs(value) >= 1e5 else f"{value:.{digits}f}"
+    elif isinstance(value, int):
+        text = f"{value:,}"
+    else:
+        text = str(value)
+    return f"{text} {unit}".rstrip()
+
+
+def _environment(m: dict) -> Lines:
+    return [("runtime", f"Python {m.get('python')}, torch {m.get('torch')}, numpy {m.get('numpy')}"),
+            ("device", f"{m.get('device')} ({_num(m.get('threads'))} threads; CUDA {_num(m.get('cuda_available'))})")]
+
+
+def _files(m: dict) -> Lines:
+    sizes = m.get("sizes") or {}
+    return [(name, _num(size, unit="bytes")) for name, size in sizes.items()]
+
+
+def _tokenizer(m: dict) -> Lines:
+    lines = [("vocabulary", f"{_num(m.get('vocab_size'))} characters: first {''.join(m.get('first_chars') or [])!r}, "
+                            f"last {''.join(m.get('last_chars') or [])!r}")]
+    for split, s in (m.get("splits") or {}).items():
+        lines.append((f"{split} decoded", repr(s.get("decoded_start", ""))))
+        lines.append((f"{split} clean text", repr(s.get("clean_start", ""))))
+        lines.append((f"{split} whole split", f"{_num(s.get('chars_checked'))} IDs decode to the clean text: "
+                                              f"{_num(s.get('matches_clean_text'))}; re-encode equal: "
+                                              f"{_num(s.get('round_trip_equal'))}"))
+    return lines
+
+
+def _token_ids(m: dict) -> Lines:
+    return [(split, f"IDs {_num(s.get('min'))} … {_num(s.get('max'))} of [0, {_num(m.get('vocab_size', 0) - 1)}], "
+                    f"{_num(s.get('length'))} tokens ({s.get('dtype')}); at least {_num(m.get('min_split_length'))} needed")
+            for split, s in (m.get("splits") or {}).items()]
+
+
+def _batch_shift(m: dict) -> Lines:
+    return [("input row 0", repr(m.get("decoded_input", ""))), ("target row 0", repr(m.get("decoded_target", ""))),
+            ("shapes", f"inputs {m.get('inputs_shape')}, targets {m.get('targets_shape')} ({', '.join(m.get('dtypes') or [])}); "
+                       f"targets = inputs shifted by one: {_num(m.get('shift_ok'))}")]
+
+
+def _forward_shapes(m: dict) -> Lines:
+    return [("logits", f"{m.get('logits_shape')} (expected {m.get('expected_shape')}); loss shape {m.get('loss_shape')}")]
+
+
+def _initial_loss(m: dict) -> Lines:
+    return [("initial loss", f"{_num(m.get('initial_loss'))} nats against log V = {_num(m.get('expected_log_v'))} nats "
+                             f"(difference {_num(m.get('difference'))} nats)")]
+
+
+def _causal(m: dict) -> Lines:
+    return [("prefix logits", f"changed by at most {_num(m.get('prefix_max_abs_diff'))} when the suffix after position "
+                              f"{_num(m.get('position'))} changes"),
+            ("gradients", f"d logits / d future embeddings {_num(m.get('future_grad_max'))}; past {_num(m.get('past_grad_max'))}")]
+
+
+def _gradients(m: dict) -> Lines:
+    return [("gradient norm", f"{_num(m.get('global_norm'))} (global, {m.get('precision')}) over "
+                              f"{_num(m.get('trainable'))} trainable tensors, {_num(m.get('frozen'))} frozen"),
+            ("without a gradient", ", ".join(m.get("missing") or []) or "none")]
+
+
+def _optimizer_update(m: dict) -> Lines:
+    return [("one step", f"at lr {_num(m.get('lr'))}: loss {_num(m.get('loss'))} nats, gradient norm "
+                         f"{_num(m.get('grad_norm'))}, largest parameter change {_num(m.get('max_change'))}"),
+            ("unchanged", ", ".join(m.get("unchanged") or []) or "none")]
+
+
+def _decay_split(m: dict) -> Lines:
+    decayed, kept = m.get("decayed") or [], m.get("not_decayed") or []
+    return [("decayed", f"{len(decayed)} tensors at weight_decay {_num(m.get('weight_decay'))}: {', '.join(decayed[:4])}"
+                        f"{' …' if len(decayed) > 4 else ''}"),
+            ("not decayed", f"{len(kept)} tensors: {', '.join(kept[:4])}{' …' if len(kept) > 4 else ''}")]
+
+
+def _lr_schedule(m: dict) -> Lines:
+    at = ", ".join(f"step {step}: {_num(lr)}" for step, lr in (m.get("lr_at") or {}).items())
+    lines = [("schedule", f"{_num(m.get('steps'))} steps, warmup {_num(m.get('warmup_steps'))}, peak {_num(m.get('peak'))}, "
+                          f"min_lr {_num(m.get('min_lr'))}"), ("LR at", at)]
+    if m.get("max_seconds"):
+        lines.append(("on the clock", f"{_num(m.get('time_fractions'))} shares of {_num(m.get('max_seconds'))} s at "
+                                      f"{_num(m.get('steps_on_the_clock'))} steps"))
+    return lines
+
+
+def _clipping(m: dict) -> Lines:
+    return [(f"clip at {_num(c.get('grad_clip'))}", f"reported norm {_num(c.get('reported_norm'))} vs the global norm "
+                                                    f"before clipping {_num(c.get('reference_norm'))}; the optimizer "
+                                                    f"stepped on {_num(c.get('norm_at_step'))}")
+            for c in (m.get("at_grad_clip") or {}, m.get("cutting") or {}) if c]
+
+
+def _lr_stability(m: dict) -> Lines:
+    losses = m.get("losses") or []
+    return [("rehearsal", f"{_num(m.get('warmup_steps'))} warmup + {_num(m.get('steps_at_peak'))} steps at batch "
+                          f"{_num(m.get('batch_size'))}, {m.get('precision')}; LR up to {_num(m.get('max_lr_applied'))}"),
+            ("step loss", f"{_num(losses[0] if losses else None)} → {_num(losses[-1] if losses else None)} nats; "
+                          f"highest running median {_num(m.get('max_sustained_loss'))} at step {_num(m.get('max_sustained_step'))}"),
+            ("fixed batches", f"{_num(m.get('probe_loss_before'))} → {_num(m.get('probe_loss_after'))} nats")]
+
+
+def _rehearsal_learns(m: dict) -> Lines:
+    return [("fixed batches", f"{_num(m.get('probe_loss_before'))} → {_num(m.get('probe_loss_after'))} nats after "
+                              f"{_num(m.get('steps'))} steps"),
+            ("the bar", f"character frequencies score {_num(m.get('probe_unigram_loss'))} nats on them; must end at or "
+                        f"below {_num(m.get('bar'))} (log V = {_num(m.get('log_v'))})")]
+
+
+def _overfit(m: dict) -> Lines:
+    main, dropout = m.get("dropout_0.0") or {}, m.get("dropout_0.2") or {}
+    return [("one batch", f"{m.get('batch')} for {_num(m.get('steps'))} steps at lr {_num(m.get('lr'))}: final loss "
+                          f"{_num(main.get('final_loss'))} nats (below the threshold at step {_num(main.get('steps_to_threshold'))})"),
+            ("with dropout 0.2", f"final loss {_num(dropout.get('final_loss'))} nats")]
+
+
+def _scalars(m: dict) -> Lines:
+    return [(key, _num(value)) for key, value in m.items() if isinstance(value, (int, float, bool, str))][:8]
+
+
+FORMATTERS: dict[str, Callable[[dict], Lines]] = {
+    "environment": _environment, "files": _files, "tokenizer": _tokenizer, "token_ids": _token_ids,
+    "batch_shift": _batch_shift, "forward_shapes": _forward_shapes, "initial_loss": _initial_loss, "causal_independence": _causal,
+    "gradients": _gradients, "optimizer_update": _optimizer_update, "decay_split": _decay_split,
+    "lr_schedule": _lr_schedule, "clipping_contract": _clipping, "lr_stability": _lr_stability,
+    "rehearsal_learns": _rehearsal_learns, "single_batch_overfit": _overfit,
+}
+
+
+def evidence(check: dict) -> Lines:
+    """(label, text) lines for one check of a report; never raises on a report of another version."""
+    measured = check.get("measured") or {}
+    try:
+        return FORMATTERS.get(check.get("name"), _scalars)(measured)
+    except (TypeError, ValueError, AttributeError, KeyError):
+        return _scalars(measured)
