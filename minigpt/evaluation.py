@@ -86,8 +86,11 @@ def load_baselines(root: Path) -> dict:
     ladder = read_json(path, missing="not found", invalid="not valid JSON", fix="run `dvc repro baselines`.",
                        error=DataError)
     meta = load_meta(root / ENCODED_DIR)
-    if not isinstance(ladder, dict) or not isinstance(ladder.get("rows"), list) or not isinstance(ladder.get("data"), dict):
-        raise DataError(f"{path}: not a baselines report (needs 'rows' and 'data'); run `dvc repro baselines`.")
+    names = {r.get("name", "") for r in ladder.get("rows") or [] if isinstance(r, dict)} if isinstance(ladder, dict) else set()
+    if (not isinstance(ladder, dict) or not isinstance(ladder.get("data"), dict) or ladder.get("best_static") not in names
+            or not any(n.startswith("unigram") for n in names)):
+        raise DataError(f"{path}: not a baselines report (needs 'rows' with the unigram and the best static baseline, "
+                        "and 'data'); run `dvc repro baselines`.")
     stale = [s for s, digest in ladder["data"].items() if meta["splits"].get(s, {}).get("sha256") != digest]
     if stale:
         raise DataError(f"{path}: computed for other data (encoded {', '.join(stale)} changed since); "

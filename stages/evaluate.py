@@ -18,9 +18,9 @@ def run(params):
     ladder = metrics["baselines"]
     for row in ladder["rows"]:
         print(f"[evaluate]   {row['name']:<22} {row['kind']:<8} val {row['val']['bpc']:.4f} bpc, test {row['test']['bpc']:.4f}")
-    verdict = "beats" if ladder["vs_best_static_bpc"] < 0 else "does NOT beat"
-    print(f"[evaluate] the model {verdict} the best static baseline ({ladder['best_static']}) by "
-          f"{abs(ladder['vs_best_static_bpc']):.4f} bpc on val")
+    margin, best = ladder["vs_best_static_bpc"], ladder["best_static"]
+    print(f"[evaluate] the model beats the best static baseline ({best}) by {-margin:.4f} bpc on val" if margin < 0 else
+          f"[evaluate] the model does NOT beat the best static baseline ({best}): {margin:.4f} bpc behind it on val")
     print(f"[evaluate] generalisation gap {metrics['generalization_gap']:+.4f}; random baseline "
           f"{metrics['baseline_bpc']:.3f} bpc; best step {metrics['best_step']}")
 

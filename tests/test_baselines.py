@@ -131,6 +131,9 @@ def test_evaluate_refuses_baselines_of_other_data(project):
     result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/evaluate.py")], cwd=root, capture_output=True, text=True)
     assert result.returncode == 1
     assert "data/baselines/baselines.json: computed for other data (encoded val changed since); run `dvc repro baselines`" in result.stderr
+    path.write_text(json.dumps({"rows": [], "data": {}}))
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/evaluate.py")], cwd=root, capture_output=True, text=True)
+    assert result.returncode == 1 and "baselines.json: not a baselines report (needs 'rows' with the unigram" in result.stderr
     path.unlink()
     result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/evaluate.py")], cwd=root, capture_output=True, text=True)
     assert result.returncode == 1 and "baselines.json: not found; run `dvc repro baselines`" in result.stderr

@@ -157,9 +157,11 @@ def baselines_block(ladder: dict | None) -> list[str]:
                    f'{escape(str(ladder.get("best_ngram")))} baseline</span> counted on the same train split: more '
                    "steps, a larger model or a better LR would pay before anything else.</div>")
     else:
-        verdict = "beats" if ladder["vs_best_static_bpc"] < 0 else "does not beat"
-        out.append(f"<p>The model {verdict} the best static baseline ({escape(str(ladder.get('best_static')))}) by "
-                   f"{fmt(abs(ladder['vs_best_static_bpc']))} bits per character on val.</p>")
+        margin, best = ladder["vs_best_static_bpc"], escape(str(ladder.get("best_static")))
+        out.append(f"<p>The model beats the best static baseline ({best}) by {fmt(-margin)} bits per character on "
+                   "val.</p>" if margin < 0 else
+                   f"<p>The model does not beat the best static baseline ({best}): {fmt(margin)} bits per character "
+                   "behind it on val.</p>")
     kinds = {"static": "static: fitted on train, then frozen", "model": "this run's checkpoint",
              "adaptive": "adaptive: keeps learning on the split as it codes it (not the same kind of model)"}
     rows, classes = [], []
