@@ -60,6 +60,8 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, help="a WikiText-format folder (default: the tests' fixture)")
     parser.add_argument("--presets", nargs="+", default=["debug", "budget-72s"], choices=list(PRESETS))
     parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--first-seed", type=int, default=1, help="seeds first-seed .. first-seed + seeds - 1 (run "
+                        "the long presets in slices)")
     parser.add_argument("--override", nargs="*", default=[], help="Hydra overrides for every run")
     parser.add_argument("--smoke", action="store_true", help="2 seeds of a 40-step debug run on the fixture")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/watchdog_false_alarms.json"))
@@ -74,7 +76,7 @@ def main() -> None:
         corpus = args.corpus.resolve() if args.corpus else synthetic_corpus(Path(scratch) / "corpus")
         prepare_project(work, corpus)
         for preset in presets:
-            for seed in range(1, seeds + 1):
+            for seed in range(args.first_seed, args.first_seed + seeds):
                 row = one_run(preset, seed, work, corpus, extra)
                 rows.append({"machine": machine_kind(label), **row})
                 fired = ", ".join(f"{n} x{c['fired']}" for n, c in row.get("fired", {}).items()) or "none"

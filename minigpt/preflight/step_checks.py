@@ -31,18 +31,13 @@ NORM_RTOL = 1e-3
 
 
 def _expected_decay(model: nn.Module) -> dict[str, bool]:
-    """name -> whether the exercise says it decays: matrices of linear and embedding layers yes, biases and
-    LayerNorm parameters no (decided by the module that owns the parameter, not by its shape)."""
+    """name -> whether the exercise says it decays: matrices (linear and embedding weights) yes; biases and every
+    parameter of a LayerNorm no, whatever its shape (LayerNorm is judged by the module that owns the parameter)."""
     expected = {}
     for module_name, module in model.named_modules():
         for name, param in module.named_parameters(recurse=False):
             full = f"{module_name}.{name}" if module_name else name
-            if isinstance(module, nn.LayerNorm) or name.endswith("bias"):
-                expected[full] = False
-            elif isinstance(module, (nn.Linear, nn.Embedding)) or param.dim() >= 2:
-                expected[full] = True
-            else:  # a parameter of some other kind of module: a vector gain is not decayed, a matrix is
-                expected[full] = param.dim() >= 2
+            expected[full] = not (isinstance(module, nn.LayerNorm) or name.endswith("bias")) and param.dim() >= 2
     return expected
 
 
