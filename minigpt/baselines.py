@@ -32,8 +32,13 @@ def unigram_bits(train: np.ndarray, split: np.ndarray, vocab_size: int) -> np.nd
     return -np.log2(counts / counts.sum())[np.asarray(split[1:], dtype=np.int64)]
 
 
+def id_width(vocab_size: int) -> int:
+    """Bytes per token ID when the IDs are coded as bytes: one while the vocabulary fits in a byte, else two."""
+    return 1 if vocab_size <= 256 else 2
+
+
 def ids_as_bytes(ids: np.ndarray, vocab_size: int) -> bytes:
-    dtype = np.uint8 if vocab_size <= 256 else np.dtype("<u2")
+    dtype = np.uint8 if id_width(vocab_size) == 1 else np.dtype("<u2")
     return np.asarray(ids).astype(dtype).tobytes()
 
 
@@ -76,7 +81,7 @@ def baseline_ladder(encoded_dir: str | Path, cfg) -> dict:
     for order in cfg.ngram_orders:
         rows.append(_row(f"{order}-gram Kneser-Ney", "static", {s: float(b.sum()) for s, b in ngram[order].items()},
                          tokens, seconds, order=order, discount=cfg.discount))
-    width = 1 if vocab <= 256 else 2
+    width = id_width(vocab)
     train_bytes = ids_as_bytes(train, vocab)
     compressors = [("xz (lzma 9e)", xz, {})]
     if cfg.ppmd_order:

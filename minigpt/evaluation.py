@@ -139,13 +139,13 @@ def evaluate_checkpoint(params, root, checkpoint_path=None) -> dict:
     # evaluate.precision auto: the faster forward pass of this model on this machine, timed here
     precision = choose_evaluation_precision(model, params.evaluate.precision, params.evaluate.batch_size, device)
     score = lambda ids: score_split(model, ids, stride, params.evaluate.batch_size, device, precision["choice"])  # noqa: E731
-    load_baselines(root)  # refused before any scoring when stale or missing
+    ladder = load_baselines(root)  # refused before any scoring when stale or missing
     val_ids, test_ids = load_ids(root / ENCODED_DIR, "val"), load_ids(root / ENCODED_DIR, "test")
     val, test = score(val_ids), score(test_ids)
     # the same number of tokens from the start of train, to measure the generalisation gap
     train_slice = score(load_ids(root / ENCODED_DIR, "train")[: len(val_ids)])
     baseline = math.log(model.config.vocab_size)
-    baselines = compare_with_baselines(val, test, load_baselines(root), str(path))
+    baselines = compare_with_baselines(val, test, ladder, str(path))
     return {
         "val": val,
         "test": test,
