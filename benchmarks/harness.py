@@ -37,7 +37,7 @@ from minigpt import model as model_module  # noqa: E402
 from minigpt.cleaning import clean_splits  # noqa: E402
 from minigpt.config import CleanConfig  # noqa: E402
 from minigpt.eval_loop import calc_loss_batch  # noqa: E402
-from minigpt.evaluation import score_split  # noqa: E402
+from minigpt.scoring import score_split  # noqa: E402
 from minigpt.model import MiniGPT  # noqa: E402
 from minigpt.optim import build_param_groups  # noqa: E402
 from minigpt.preflight.suite import run_preflight  # noqa: E402

@@ -56,16 +56,18 @@ SMALL_SHAPE = ["budget.choose_shape=false", "model.block_size=64", "model.embedd
                "model.num_layers=4", "model.dropout=0.0", "train.batch_size=16", "train.lr=0.003",
                "train.warmup_steps=100", "train.betas=[0.9,0.99]", "train.eval_batches=10"]
 PRODUCTION_SHAPE = ["budget.choose_shape=false", "train.batch_size=16"]
+# the presets' rows also report dynamic evaluation (a separate column, never the val bpc)
+DYNAMIC = ["evaluate.dynamic=true"]
 RUNS = {
     "nanoGPT CPU recipe (reference)": REFERENCE,
     "nanoGPT recipe, 72 s (reference)": [*REFERENCE, *CLOCKED, "train.max_seconds=72"],
-    "budget-72s preset": ["experiment=budget-72s"],
+    "budget-72s preset": ["experiment=budget-72s", *DYNAMIC],
     "production shape, 72 s (forced)": ["experiment=budget-72s", *PRODUCTION_SHAPE],
 }
 LONG_RUNS = {"nanoGPT recipe, 15 min (reference)": [*REFERENCE, *CLOCKED, "train.max_seconds=900"],
-             "budget-15m preset": ["experiment=budget-15m"],
+             "budget-15m preset": ["experiment=budget-15m", *DYNAMIC],
              "small shape, 15 min (forced)": ["experiment=budget-15m", *SMALL_SHAPE]}
-SMOKE_RUNS = {"budget-72s preset, 3 s": ["experiment=budget-72s", "train.max_seconds=3"]}
+SMOKE_RUNS = {"budget-72s preset, 3 s": ["experiment=budget-72s", "train.max_seconds=3", *DYNAMIC]}
 QUIET = ["train.sample_length=0"]
 
 
@@ -104,7 +106,8 @@ def one_run(name: str, overrides: list[str], work: Path, corpus: Path) -> dict:
             "tokens_seen": summary["steps"] * params.train.batch_size * params.model.block_size,
             "val_bpc": metrics["val"]["bpc"], "test_bpc": metrics["test"]["bpc"],
             "val_bpc_20_random_batches": nanogpt_style_estimate(metrics, params, work),
-            "best_step": metrics["best_step"]}
+            "dynamic_val_bpc": metrics["dynamic"]["val"]["bpc"] if "dynamic" in metrics else None,
+            "watchdog_warnings": summary["warnings"], "best_step": metrics["best_step"]}
 
 
 def main() -> None:
@@ -138,14 +141,20 @@ def main() -> None:
     print(f"\nwrote {args.out}")
 
 
+def _or_dash(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 def print_table(results: list[dict]) -> None:
-    print(f"\n{'run':<34} {'params':>9} {'steps':>6} {'train s':>8} {'tok/s':>7} {'val bpc':>8} {'20-batch':>8} {'test bpc':>8}")
+    print(f"\n{'run':<34} {'params':>9} {'steps':>6} {'train s':>8} {'tok/s':>7} {'val bpc':>8} {'20-batch':>8} "
+          f"{'test bpc':>8} {'dynamic':>8} {'warn':>4}")
     for r in results:
         if "preflight_failed" in r:
             print(f"{r['name']:<34} preflight failed: {', '.join(r['preflight_failed'])}")
             continue
         print(f"{r['name']:<34} {r['parameters']:>9,} {r['steps']:>6} {r['train_seconds']:>8.1f} "
-              f"{r['tokens_per_sec_median']:>7,.0f} {r['val_bpc']:>8.3f} {r['val_bpc_20_random_batches']:>8.3f} {r['test_bpc']:>8.3f}")
+              f"{r['tokens_per_sec_median']:>7,.0f} {r['val_bpc']:>8.3f} {r['val_bpc_20_random_batches']:>8.3f} "
+              f"{r['test_bpc']:>8.3f} {_or_dash(r.get('dynamic_val_bpc')):>8} {r.get('watchdog_warnings', 0):>4}")
     print(flush=True)
 
 

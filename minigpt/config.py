@@ -76,6 +76,16 @@ class ModelConfig(Section):
     num_layers: int = _must(">= 1", ge=1)
     expansion_factor: int = _must(">= 1", ge=1)
     dropout: float = _must("in [0, 1)", ge=0, lt=1)
+    # Options beyond the guide's MiniGPT (README "Model options"; tied embeddings and bias-free layers were measured
+    # and dropped there); the defaults build the guide's model, and a
+    # checkpoint written before these keys existed loads as that model.
+    # learned: a position embedding table; rotary: q and k rotated by their position (no table)
+    position: Literal["learned", "rotary"] = "learned"
+    # true: q and k RMS-normalised per head before attention (parameter-free)
+    qk_norm: bool = False
+    # gelu: fc -> GELU -> proj; relu2: fc -> ReLU squared -> proj; swiglu: SiLU(gate) * up -> proj, hidden width
+    # 2/3 of expansion_factor * embedding_dim (rounded up to a multiple of 32): about the same parameters
+    mlp: Literal["gelu", "relu2", "swiglu"] = "gelu"
 
     @model_validator(mode="after")
     def _heads_divide_width(self):
@@ -84,6 +94,10 @@ class ModelConfig(Section):
             raise ValueError(
                 f"'model.embedding_dim' = {self.embedding_dim} is not divisible by 'model.num_heads' = "
                 f"{self.num_heads}; allowed num_heads for this width: {', '.join(map(str, divisors))}.")
+        if self.position == "rotary" and (self.embedding_dim // self.num_heads) % 2:
+            raise ValueError(
+                f"'model.position' = 'rotary' needs an even head width, but embedding_dim {self.embedding_dim} / "
+                f"num_heads {self.num_heads} = {self.embedding_dim // self.num_heads}; change num_heads or the width.")
         return self
 
 
@@ -108,6 +122,9 @@ class TrainConfig(Section):
     precision: Literal["fp32", "bf16", "auto"]
     compile: bool
     resume_from: Optional[str]
+    # adamw: AdamW for every parameter. muon: Muon (torch.optim.Muon, its update scaled to AdamW's RMS) for the
+    # blocks' matrices, AdamW for embeddings, head, gains and biases; both at the schedule's LR and weight_decay
+    optimizer: Literal["adamw", "muon"] = "adamw"
 
     @model_validator(mode="after")
     def _schedule_fits(self):
@@ -138,6 +155,11 @@ class EvaluateConfig(Section):
     stride: Optional[int] = _must(">= 1 and <= model.block_size (or null for block_size // 2)", ge=1)
     batch_size: int = _must(">= 1", ge=1)
     precision: Literal["fp32", "bf16", "auto"]
+    # dynamic evaluation (minigpt.dynamic_eval): a separate figure where the model learns on each split as it
+    # scores it; the static val/test bpc are unchanged by it
+    dynamic: bool
+    dynamic_lr: float = _must("> 0", gt=0)
+    dynamic_streams: int = _must(">= 1", ge=1)
 
 
 class WatchConfig(Section):

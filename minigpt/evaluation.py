@@ -1,15 +1,13 @@
-"""Deterministic full-split scoring: every target token scored exactly once, with at least
-block_size - stride tokens of context (sliding windows), batched, no_grad, eval mode."""
+"""The evaluate stage: the best checkpoint scored on the full val and test splits (minigpt.scoring: every target
+once, with at least block_size - stride tokens of context), placed on the baselines ladder; with
+evaluate.dynamic, a separate dynamic-evaluation figure (minigpt.dynamic_eval)."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
-import numpy as np
-import torch
-import torch.nn.functional as F
-
+from minigpt.dynamic_eval import LABEL as DYNAMIC_LABEL, dynamic_score
 from minigpt.checkpoint import load_checkpoint, model_from_checkpoint, require_tokenizer
 from minigpt.encoding import load_ids
 from minigpt.encoding import load_meta
@@ -17,62 +15,9 @@ from minigpt.errors import DataError, MinigptError
 from minigpt.io_utils import read_json
 from minigpt.paths import BASELINES_REPORT, BEST_CHECKPOINT, ENCODED_DIR, TOKENIZER_FILE
 from minigpt.precision_choice import choose_evaluation_precision
-from minigpt.runtime import autocast_for, select_device
+from minigpt.runtime import select_device
+from minigpt.scoring import score_split
 from minigpt.tokenizer import CharTokenizer
-
-
-def window_plan(num_tokens: int, block_size: int, stride: int) -> list[tuple[int, int]]:
-    """(start, first scored offset) per window over targets 1..num_tokens-1.
-
-    Window k feeds ids[s:s+T] and predicts ids[s+1:s+T+1]; it scores only the targets no earlier window scored.
-    After the first window every scored target sits at offset >= T - stride, i.e. has >= T - stride + 1 tokens
-    of context; the last window is aligned to the end of the split.
-    """
-    if not 1 <= stride <= block_size:
-        raise ValueError(f"stride must be in [1, block_size={block_size}], got {stride}")
-    if num_tokens < 2:
-        return []
-    window = min(block_size, num_tokens - 1)
-    last_start = num_tokens - 1 - window
-    starts = list(range(0, last_start + 1, stride))
-    if starts[-1] != last_start:
-        starts.append(last_start)
-    plan, scored_upto = [], 0  # targets t <= scored_upto are already scored (t counts from 1)
-    for start in starts:
-        plan.append((start, max(scored_upto - start, 0)))
-        scored_upto = start + window
-    return plan
-
-
-@torch.inference_mode()  # no autograd bookkeeping at all (cheaper than no_grad)
-def score_split(model, ids: np.ndarray | torch.Tensor, stride: int, batch_size: int, device: torch.device,
-                precision: str = "fp32") -> dict:
-    """Mean NLL over every target of the split, with perplexity and bits per character."""
-    ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))
-    block = model.config.block_size
-    plan = window_plan(len(ids), block, stride)
-    window = min(block, len(ids) - 1)
-    was_training = model.training
-    model.eval()
-    total_nll, total_tokens = 0.0, 0
-    offsets = torch.arange(window)
-    try:
-        for i in range(0, len(plan), batch_size):
-            chunk = plan[i:i + batch_size]
-            starts = torch.tensor([s for s, _ in chunk])
-            first = torch.tensor([f for _, f in chunk])
-            index = starts[:, None] + offsets
-            inputs, targets = ids[index].to(device), ids[index + 1].to(device)
-            with autocast_for(device, precision):
-                logits, _ = model(inputs)
-            nll = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), reduction="none")
-            mask = (offsets[None, :] >= first[:, None]).to(device)
-            total_nll += float(nll.view(len(chunk), window)[mask].double().sum())
-            total_tokens += int(mask.sum())
-    finally:
-        model.train(was_training)
-    loss = total_nll / total_tokens
-    return {"loss": loss, "perplexity": math.exp(loss), "bpc": loss / math.log(2), "tokens": total_tokens}
 
 
 # ------------------------------------------------------------------------------------------- the stage
@@ -146,7 +91,7 @@ def evaluate_checkpoint(params, root, checkpoint_path=None) -> dict:
     train_slice = score(load_ids(root / ENCODED_DIR, "train")[: len(val_ids)])
     baseline = math.log(model.config.vocab_size)
     baselines = compare_with_baselines(val, test, ladder, str(path))
-    return {
+    report = {
         "val": val,
         "test": test,
         "train_slice": train_slice,
@@ -161,3 +106,10 @@ def evaluate_checkpoint(params, root, checkpoint_path=None) -> dict:
         "train_seconds": checkpoint.get("elapsed_s"),
         "checkpoint": str(path),
     }
+    settings = params.evaluate
+    if settings.dynamic:  # its own key and label: the static figures above are never changed by it
+        dynamic = lambda ids: dynamic_score(model, ids, stride, settings.dynamic_streams, settings.dynamic_lr,  # noqa: E731
+                                            device, precision["choice"])
+        report["dynamic"] = {"label": DYNAMIC_LABEL, "lr": settings.dynamic_lr, "val": dynamic(val_ids),
+                             "test": dynamic(test_ids)}
+    return report

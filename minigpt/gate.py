@@ -19,7 +19,7 @@ from minigpt.tokenizer import CharTokenizer
 # the rehearsal runs the run's optimizer, schedule (over max_steps, down to min_lr), clipping and precision;
 # precision auto is timed at the run's batch size, and budget.choose_shape picks from the tokens in max_seconds
 GATED_TRAIN_KEYS = ("lr", "min_lr", "max_steps", "warmup_steps", "weight_decay", "betas", "grad_clip", "device",
-                    "precision", "batch_size", "max_seconds")
+                    "precision", "batch_size", "max_seconds", "optimizer")
 # whole sections the report binds (with GATED_TRAIN_KEYS); dvc.yaml's preflight params list the same
 GATED_SECTIONS = ("model", "preflight", "budget")
 

@@ -2,6 +2,9 @@
 
 token + position embeddings -> num_layers x [LN -> causal self-attention -> +residual, LN -> MLP -> +residual]
 -> final LN -> vocabulary head. Causality is not configurable: attention always uses is_causal=True.
+
+The model section's options (config.ModelConfig: position, qk_norm, mlp) change parts of
+it; their defaults build the guide's model. hidden_matrices() names the matrices Muon trains (train.optimizer).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from minigpt.config import ModelConfig
+from minigpt import rotary as rotary_positions
 from minigpt.sampling import SamplingSettings, next_token_logits
 
 INIT_STD = 0.02
@@ -48,20 +52,34 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_
     return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
 
 
+def normalise_heads(x: torch.Tensor) -> torch.Tensor:
+    """QK-normalisation: each position's head vector ([B, heads, T, d]) scaled to RMS 1, over the head's width
+    only (a norm over positions would mix the future into the past)."""
+    return F.rms_norm(x, (x.shape[-1],))
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: MiniGPTConfig):
         super().__init__()
         self.num_heads = config.num_heads
         self.dropout = config.dropout
+        self.qk_norm = config.qk_norm
         self.qkv = nn.Linear(config.embedding_dim, 3 * config.embedding_dim)
         self.proj = nn.Linear(config.embedding_dim, config.embedding_dim)
         self.resid_drop = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0,
+                rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """rotary: (cos, sin) of these positions under position=rotary, else None."""
         batch, time, width = x.shape
+        head_dim = width // self.num_heads
         q, k, v = self.qkv(x).split(width, dim=2)
         # [B, T, C] -> [B, heads, T, head_dim]
-        q, k, v = (t.view(batch, time, self.num_heads, width // self.num_heads).transpose(1, 2) for t in (q, k, v))
+        q, k, v = (t.view(batch, time, self.num_heads, head_dim).transpose(1, 2) for t in (q, k, v))
+        if self.qk_norm:
+            q, k = normalise_heads(q), normalise_heads(k)
+        if rotary is not None:
+            q, k = rotary_positions.apply_rotary(q, *rotary), rotary_positions.apply_rotary(k, *rotary)
         if cache is not None and cache.keys[layer] is not None:
             if time != 1:
                 raise ValueError("a filled KV cache takes one new position at a time")
@@ -77,16 +95,35 @@ class CausalSelfAttention(nn.Module):
         return self.resid_drop(self.proj(y))
 
 
+def mlp_hidden_width(config: ModelConfig) -> int:
+    """The MLP's hidden width: expansion_factor * embedding_dim; a gated MLP (three matrices instead of two) 2/3
+    of that, rounded up to a multiple of 32, so both hold about the same parameters."""
+    hidden = config.expansion_factor * config.embedding_dim
+    if config.mlp == "swiglu":
+        hidden = -(-(2 * hidden // 3) // 32) * 32
+    return hidden
+
+
+class ReLUSquared(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(x).square()
+
+
 class MLP(nn.Module):
     def __init__(self, config: MiniGPTConfig):
         super().__init__()
-        hidden = config.expansion_factor * config.embedding_dim
-        self.fc = nn.Linear(config.embedding_dim, hidden)
-        self.act = nn.GELU()
+        hidden = mlp_hidden_width(config)
+        self.gated = config.mlp == "swiglu"
+        # a gated MLP's fc holds the gate and the up projection side by side (one matmul)
+        self.fc = nn.Linear(config.embedding_dim, 2 * hidden if self.gated else hidden)
+        self.act = {"gelu": nn.GELU, "relu2": ReLUSquared, "swiglu": nn.SiLU}[config.mlp]()
         self.proj = nn.Linear(hidden, config.embedding_dim)
         self.drop = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gated:
+            gate, up = self.fc(x).chunk(2, dim=-1)
+            return self.drop(self.proj(self.act(gate) * up))
         return self.drop(self.proj(self.act(self.fc(x))))
 
 
@@ -98,8 +135,9 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(config.embedding_dim)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), cache, layer)
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0,
+                rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), cache, layer, rotary)
         return x + self.mlp(self.ln2(x))
 
 
@@ -108,7 +146,12 @@ class MiniGPT(nn.Module):
         super().__init__()
         self.config = config
         self.tok_emb = nn.Embedding(config.vocab_size, config.embedding_dim)
-        self.pos_emb = nn.Embedding(config.block_size, config.embedding_dim)
+        self.pos_emb = nn.Embedding(config.block_size, config.embedding_dim) if config.position == "learned" else None
+        if config.position == "rotary":
+            cos, sin = rotary_positions.rotary_tables(config.block_size, config.embedding_dim // config.num_heads)
+            # not in the state dict: a function of the config, rebuilt with the model
+            self.register_buffer("rotary_cos", cos, persistent=False)
+            self.register_buffer("rotary_sin", sin, persistent=False)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
         self.ln_f = nn.LayerNorm(config.embedding_dim)
@@ -132,6 +175,12 @@ class MiniGPT(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def hidden_matrices(self) -> list[str]:
+        """Names of the blocks' linear weights: what Muon trains under train.optimizer=muon (embeddings, head,
+        gains and biases stay with AdamW)."""
+        return [f"blocks.{i}.{name}.weight" for i, block in enumerate(self.blocks)
+                for name, module in block.named_modules() if isinstance(module, nn.Linear)]
+
     def forward(self, inputs: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None):
         """inputs [B, T] long -> (logits [B, T, V], mean cross-entropy over B*T or None). With a cache, inputs
         continue the positions it holds (all of a prompt into an empty cache, then one position at a time)."""
@@ -139,10 +188,15 @@ class MiniGPT(nn.Module):
         start = cache.length if cache is not None else 0
         if start + time > self.config.block_size:
             raise ValueError(f"sequence length {start + time} exceeds block_size {self.config.block_size}")
-        positions = torch.arange(start, start + time, device=inputs.device)
-        x = self.drop(self.tok_emb(inputs) + self.pos_emb(positions))
+        x = self.tok_emb(inputs)
+        rotary = None
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(torch.arange(start, start + time, device=inputs.device))
+        else:
+            rotary = (self.rotary_cos[start:start + time], self.rotary_sin[start:start + time])
+        x = self.drop(x)
         for layer, block in enumerate(self.blocks):
-            x = block(x, cache, layer)
+            x = block(x, cache, layer, rotary)
         if cache is not None:
             cache.length += time
         logits = self.head(self.ln_f(x))

@@ -16,10 +16,11 @@ import torch.nn as nn
 from minigpt import eval_loop, optim
 
 
-def make_optimizer(model: nn.Module, train_cfg, lr: float | None = None, weight_decay: float | None = None) -> torch.optim.AdamW:
-    """The run's AdamW (decay split, betas); lr/weight_decay may be overridden (the overfit check's own LR)."""
-    return optim.make_adamw(model, train_cfg.lr if lr is None else lr,
-                            train_cfg.weight_decay if weight_decay is None else weight_decay, train_cfg.betas)
+def make_optimizer(model: nn.Module, train_cfg, lr: float | None = None, weight_decay: float | None = None):
+    """The run's optimizer (train.optimizer: AdamW, or Muon + AdamW; decay split, betas); lr/weight_decay may be
+    overridden (the overfit check's own LR)."""
+    return optim.make_optimizer(model, train_cfg.optimizer, train_cfg.lr if lr is None else lr,
+                                train_cfg.weight_decay if weight_decay is None else weight_decay, train_cfg.betas)
 
 
 def scheduled_lr(train_cfg, step: int, time_fraction: float = 0.0, warmup_steps: int | None = None) -> float:

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from minigpt.checkpoint import save_checkpoint
 from minigpt.config import CleanConfig
 from minigpt.errors import ConfigError
-from minigpt.evaluation import score_split, window_plan
+from minigpt.scoring import score_split, window_plan
 from minigpt.generation import main as generate_main
 from minigpt.generation import prepare_prompt, sample_chunks, sample_text
 from minigpt.model import MiniGPT
@@ -191,3 +191,39 @@ def test_generation_streams_pieces_that_join_to_one_call(project):
     pieces = list(sample_chunks(model, tok, "The", settings, 100, 7, torch.device("cpu"), chunk=32))
     assert [len(p) for p in pieces] == [32, 32, 32, 4] and "".join(pieces) == whole
     assert params.model.block_size < 100, "the pieces cross the context window's crop"
+
+
+def _dynamic_fixture():
+    from helpers.tiny_models import small_config
+    from minigpt.model import MiniGPT
+
+    torch.manual_seed(0)
+    model = MiniGPT(small_config(vocab=12, block_size=16))
+    pattern = torch.randint(0, 12, (50,))
+    return model, pattern.repeat(40).numpy()  # 2000 tokens: one 50-token text over and over
+
+
+def test_dynamic_evaluation_at_a_vanishing_lr_is_the_static_score_in_one_stream():
+    from minigpt.dynamic_eval import dynamic_score
+
+    model, ids = _dynamic_fixture()
+    static = score_split(model, ids, 8, 4, torch.device("cpu"))
+    dynamic = dynamic_score(model, ids, 8, 1, 1e-12, torch.device("cpu"))
+    assert dynamic["tokens"] == static["tokens"] == len(ids) - 1, "every target scored exactly once"
+    assert dynamic["loss"] == pytest.approx(static["loss"], rel=1e-5)
+
+
+def test_dynamic_evaluation_learns_what_repeats_and_leaves_the_model_unchanged():
+    from minigpt.dynamic_eval import dynamic_score, segment_bounds
+
+    model, ids = _dynamic_fixture()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    static = score_split(model, ids, 8, 4, torch.device("cpu"))
+    dynamic = dynamic_score(model, ids, 8, 2, 3e-3, torch.device("cpu"))
+    assert dynamic["tokens"] == len(ids) - 1 and dynamic["streams"] == 2
+    assert dynamic["bpc"] < static["bpc"] - 0.5, "a text read over and over is learned while it is scored"
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items()), "the trained weights are untouched"
+    bounds = segment_bounds(len(ids), 4, 16)
+    assert bounds[0][0] == 0 and bounds[-1][1] == len(ids) - 1
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:])), "consecutive segments share one token"
+    assert len(segment_bounds(40, 16, 16)) == 2, "a short split: fewer segments, each a full window"

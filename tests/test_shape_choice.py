@@ -119,7 +119,10 @@ def test_budget_presets_choose_among_the_calibrated_shapes(tmp_path, preset):
     assert params.budget.choose_shape and set(params.budget.shapes) == {"small", "production"}
     assert params.budget.min_tokens_per_parameter == 2.0
     assert params.with_shape("small").model.embedding_dim == 128
-    assert params.with_shape("production").model == params.model  # the production model as composed
+    production = params.with_shape("production").model
+    # the production model as composed, with the options that won (README "Model options")
+    assert production.model_dump() == {**params.model.model_dump(), "position": "rotary", "qk_norm": True, "mlp": "swiglu"}
+    assert {params.with_shape(name).train.optimizer for name in ("small", "production")} == {"muon"}
 
 
 def test_describe_names_every_shape_and_the_choice():

@@ -2,7 +2,8 @@
 
 - decay_split: the run's optimizer groups as the guide's exercise states them: every matrix (linear and embedding
   weights) decays at train.weight_decay, every bias and LayerNorm parameter does not, every trainable parameter is
-  in exactly one group, and no frozen one is in any;
+  in exactly one group, and no frozen one is in any; under train.optimizer=muon, Muon's groups hold exactly the
+  blocks' linear weights (never an embedding, the head, a gain or a bias), and under adamw there is no Muon group;
 - lr_schedule: the run's whole LR schedule, evaluated at every step (and, under train.max_seconds, over the
   share of the clock spent), against its specification: warmup from ~0 to the peak at warmup_steps, never above
   the peak, never below min_lr after warmup, non-increasing after warmup, ending at min_lr;
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from minigpt import eval_loop, train_step
+from minigpt import eval_loop, optim, train_step
 from minigpt.checks import Check, CheckFailed, Context
 
 # time fractions and steps at which a clock-limited run's schedule is evaluated
@@ -33,12 +34,38 @@ NORM_RTOL = 1e-3
 def _expected_decay(model: nn.Module) -> dict[str, bool]:
     """name -> whether the exercise says it decays: matrices (linear and embedding weights) yes; biases and every
     parameter of a LayerNorm no, whatever its shape (LayerNorm is judged by the module that owns the parameter)."""
-    expected = {}
+    owners = {}  # a tied matrix is one parameter: judged by its first owner, under the name named_parameters gives it
     for module_name, module in model.named_modules():
         for name, param in module.named_parameters(recurse=False):
-            full = f"{module_name}.{name}" if module_name else name
-            expected[full] = not (isinstance(module, nn.LayerNorm) or name.endswith("bias")) and param.dim() >= 2
+            owners.setdefault(id(param), (module, name))
+    expected = {}
+    for full, param in model.named_parameters():
+        module, name = owners[id(param)]
+        expected[full] = not (isinstance(module, nn.LayerNorm) or name.endswith("bias")) and param.dim() >= 2
     return expected
+
+
+def _expected_muon(model: nn.Module) -> set[str]:
+    """What Muon must train: the weights of the linear layers inside the blocks (not the embeddings or head)."""
+    return {f"{module_name}.weight" for module_name, module in model.named_modules()
+            if isinstance(module, nn.Linear) and module_name.startswith("blocks.") and module.weight.requires_grad}
+
+
+def _muon_problems(optimizer, names: dict[int, str], model: nn.Module, kind: str) -> tuple[list[str], list[str]]:
+    in_muon = sorted(names[id(p)] for g in optimizer.param_groups if optim.is_muon_group(g)
+                     for p in g["params"] if id(p) in names)
+    if kind != "muon":
+        return in_muon, ([f"train.optimizer is {kind} but Muon trains {', '.join(in_muon)}"] if in_muon else [])
+    expected = _expected_muon(model)
+    problems = []
+    outside = sorted(expected - set(in_muon))
+    strays = sorted(set(in_muon) - expected)
+    if outside:
+        problems.append(f"hidden matrices not trained by Muon: {', '.join(outside)}")
+    if strays:
+        problems.append(f"trained by Muon but not a hidden matrix (embeddings, head, gains and biases belong to "
+                        f"AdamW): {', '.join(strays)}")
+    return in_muon, problems
 
 
 def check_decay_split(ctx: Context) -> dict:
@@ -64,7 +91,9 @@ def check_decay_split(ctx: Context) -> dict:
     measured = {"groups": [{"weight_decay": g["weight_decay"], "parameters": len(g["params"])} for g in optimizer.param_groups],
                 "decayed": sorted(n for n, d in placed.items() if d[0] != 0.0),
                 "not_decayed": sorted(n for n, d in placed.items() if d[0] == 0.0),
-                "weight_decay": train.weight_decay}
+                "weight_decay": train.weight_decay, "optimizer": train.optimizer}
+    measured["muon"], muon_problems = _muon_problems(optimizer, names, model, train.optimizer)
+    problems.extend(muon_problems)
     if twice:
         problems.append(f"in more than one group: {', '.join(twice)}")
     if missing:
@@ -196,9 +225,11 @@ CHECKS: tuple[Check, ...] = (
     Check("decay_split", check_decay_split, ("gradients",),
           lambda c: (f"every linear/embedding matrix in a group with weight_decay {c.params.train.weight_decay:g}, every "
                      "bias and LayerNorm parameter in one with 0; each trainable parameter in exactly one group, no "
-                     "frozen one in any"),
+                     "frozen one in any" + ("; Muon trains exactly the blocks' linear weights"
+                                            if c.params.train.optimizer == "muon" else "")),
           ("build_param_groups splitting by name or shape the wrong way (LayerNorm weights, biases decayed)",
-           "a parameter added to the model but not to the optimizer", "the optimizer built over another model's parameters")),
+           "a parameter added to the model but not to the optimizer", "the optimizer built over another model's parameters",
+           "Muon handed an embedding or the head (2-D, but not a hidden matrix)")),
     Check("lr_schedule", check_lr_schedule, (),
           lambda c: (f"all {c.params.train.max_steps} steps{' and the clock' if c.params.train.max_seconds else ''}: "
                      f"warmup from ~0 to lr {c.params.train.lr:g} at step {c.params.train.warmup_steps}, never above it, "

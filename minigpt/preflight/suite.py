@@ -21,7 +21,7 @@ from minigpt.gate import current_fingerprints, gated_config
 from minigpt.io_utils import atomic_write_json, canonical_json_digest
 from minigpt.model import MiniGPTConfig
 from minigpt.paths import DEBUG_REPORT, TOKENIZER_FILE
-from minigpt.preflight import data_checks, model_checks, step_checks, training_checks
+from minigpt.preflight import architecture_checks, data_checks, model_checks, step_checks, training_checks
 from minigpt.runtime import select_device
 from minigpt.tokenizer import CharTokenizer
 
@@ -34,13 +34,14 @@ SUMMARY_FIELDS = ("tokenizer_fingerprint", "vocab_size", "token_range", "batch_s
 FAMILIES = {
     "environment": "correctness", "files": "correctness", "tokenizer": "correctness", "token_ids": "correctness",
     "batch_shift": "correctness", "forward_shapes": "correctness", "initial_loss": "numerical",
-    "causal_independence": "correctness", "gradients": "numerical", "optimizer_update": "optimisation",
+    "causal_independence": "correctness", "architecture": "correctness", "gradients": "numerical", "optimizer_update": "optimisation",
     "decay_split": "optimisation", "lr_schedule": "optimisation", "clipping_contract": "numerical",
     "lr_stability": "optimisation", "rehearsal_learns": "optimisation", "single_batch_overfit": "optimisation",
 }
 CHECKS: tuple[Check, ...] = tuple(
     replace(check, family=FAMILIES[check.name])
-    for check in data_checks.CHECKS + model_checks.CHECKS + step_checks.CHECKS + training_checks.CHECKS)
+    for check in (data_checks.CHECKS + model_checks.CHECKS + architecture_checks.CHECKS + step_checks.CHECKS
+                  + training_checks.CHECKS))
 
 
 def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict, precision: dict,

@@ -84,9 +84,24 @@ def _optimizer_update(m: dict) -> Lines:
 
 def _decay_split(m: dict) -> Lines:
     decayed, kept = m.get("decayed") or [], m.get("not_decayed") or []
-    return [("decayed", f"{len(decayed)} tensors at weight_decay {_num(m.get('weight_decay'))}: {', '.join(decayed[:4])}"
-                        f"{' …' if len(decayed) > 4 else ''}"),
-            ("not decayed", f"{len(kept)} tensors: {', '.join(kept[:4])}{' …' if len(kept) > 4 else ''}")]
+    lines = [("decayed", f"{len(decayed)} tensors at weight_decay {_num(m.get('weight_decay'))}: {', '.join(decayed[:4])}"
+                         f"{' …' if len(decayed) > 4 else ''}"),
+             ("not decayed", f"{len(kept)} tensors: {', '.join(kept[:4])}{' …' if len(kept) > 4 else ''}")]
+    if m.get("optimizer") == "muon":
+        muon = m.get("muon") or []
+        lines.append(("Muon", f"{len(muon)} hidden matrices: {', '.join(muon[:4])}{' …' if len(muon) > 4 else ''}; "
+                              "every other tensor with AdamW"))
+    return lines
+
+
+def _architecture(m: dict) -> Lines:
+    counts, expected = m.get("parameters") or {}, m.get("expected_parameters") or {}
+    options = m.get("options") or {}
+    errors = m.get("activation_max_abs_error")
+    return [("options", ", ".join(f"{k} {v}" for k, v in options.items())),
+            ("parameters", "; ".join(f"{part} {counts.get(part, 0):,} (config: {n:,})" for part, n in expected.items())),
+            ("activation", "not probed" if errors is None else
+             f"largest error against {options.get('mlp')} {_num(max(errors) if errors else None)} over {len(errors)} block(s)")]
 
 
 def _lr_schedule(m: dict) -> Lines:
@@ -136,7 +151,7 @@ def _scalars(m: dict) -> Lines:
 FORMATTERS: dict[str, Callable[[dict], Lines]] = {
     "environment": _environment, "files": _files, "tokenizer": _tokenizer, "token_ids": _token_ids,
     "batch_shift": _batch_shift, "forward_shapes": _forward_shapes, "initial_loss": _initial_loss, "causal_independence": _causal,
-    "gradients": _gradients, "optimizer_update": _optimizer_update, "decay_split": _decay_split,
+    "architecture": _architecture, "gradients": _gradients, "optimizer_update": _optimizer_update, "decay_split": _decay_split,
     "lr_schedule": _lr_schedule, "clipping_contract": _clipping, "lr_stability": _lr_stability,
     "rehearsal_learns": _rehearsal_learns, "single_batch_overfit": _overfit,
 }

@@ -52,3 +52,27 @@ def clip_over_the_last_layer_only(model, optimizer, inputs, targets, lr, precisi
     norm = float(torch.nn.utils.clip_grad_norm_(list(model.parameters())[-1:], grad_clip))
     optimizer.step()
     return train_step.StepResult(float(loss.detach()), norm, lr, True)
+
+
+def rotate_half_over_time(x, cos, sin):
+    """Rotary's rotate-half written over the wrong axis (positions instead of the head's width): each position
+    is turned with the vector of a position half a window away, later ones included (a leak from the future)."""
+    half = x.shape[-2] // 2
+    rotated = torch.cat([-x[..., half:, :], x[..., :half, :]], dim=-2)
+    cos, sin = torch.cat([cos, cos], dim=-1).to(x.dtype), torch.cat([sin, sin], dim=-1).to(x.dtype)
+    return x * cos + rotated * sin
+
+
+def qk_norm_over_positions(x):
+    """QK-normalisation over the positions of each feature instead of over the head's width: every position's
+    query and key are scaled by statistics of the whole window, later positions included."""
+    return torch.nn.functional.rms_norm(x.transpose(-1, -2), (x.shape[-2],)).transpose(-1, -2)
+
+
+REAL_MUON_PARAMETERS = optim.muon_parameters
+
+
+def muon_gets_the_embedding(model):
+    """Muon's parameter list built from every 2-D parameter (the usual one-liner): the token embedding and the
+    head go to Muon too, which orthogonalises a lookup table's update (rows the batch never used move)."""
+    return [p for p in model.parameters() if p.requires_grad and p.dim() == 2]

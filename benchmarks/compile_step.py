@@ -1,0 +1,99 @@
+"""torch.compile on this CPU: the run's training step eager, with the model compiled (train.compile=true), and with
+the whole step (forward, backward, clipping, optimizer) compiled, measured side by side in interleaved rounds.
+
+    python benchmarks/compile_step.py                       # the budget shape `small` as conf/config.yaml sets it
+    python benchmarks/compile_step.py --shape production --precision fp32
+    python benchmarks/compile_step.py --smoke               # seconds (CI): tiny model, one round
+
+Compilation time is measured separately (the first calls) and excluded from the tokens/s medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from bench_common import ROOT, machine_label  # noqa: E402  (also puts the repo on sys.path)
+
+from minigpt import train_step  # noqa: E402
+from minigpt.compose import compose_params  # noqa: E402
+from minigpt.config import load_params  # noqa: E402
+from minigpt.model import MiniGPT, MiniGPTConfig  # noqa: E402
+
+VOCAB = 119  # wt2-mini's vocabulary
+
+
+def shape_params(shape: str, overrides: list[str], scratch: Path):
+    compose_params(scratch / "params.yaml", ROOT / "conf", ["experiment=budget-72s", *overrides])
+    return load_params(scratch / "params.yaml").with_shape(shape)
+
+
+def make_runner(params, mode: str, seed: int = 0):
+    torch.manual_seed(seed)
+    model = MiniGPT(MiniGPTConfig.from_params(params.model, VOCAB))
+    optimizer = train_step.make_optimizer(model, params.train)
+    cfg = params.train
+    forward_model = torch.compile(model) if mode == "model compiled" else model
+
+    def step(inputs, targets):
+        return train_step.training_step(forward_model, optimizer, inputs, targets, cfg.lr, cfg.precision,
+                                        cfg.grad_clip, model.parameters())
+
+    return torch.compile(step) if mode == "whole step compiled" else step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", default="small")
+    parser.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    import tempfile
+    scratch = Path(tempfile.mkdtemp(prefix="minigpt-compile-"))
+    overrides = [f"train.precision={args.precision}"]
+    if args.smoke:
+        overrides += ["budget.shapes.small.model.embedding_dim=32", "budget.shapes.small.model.num_layers=1",
+                      "budget.shapes.small.model.block_size=16"]
+        args.steps, args.rounds = 2, 1
+    params = shape_params(args.shape, overrides, scratch)
+    block, batch = params.model.block_size, params.train.batch_size
+    gen = torch.Generator().manual_seed(0)
+    inputs, targets = torch.randint(0, VOCAB, (batch, block), generator=gen), torch.randint(0, VOCAB, (batch, block), generator=gen)
+    modes = ["eager", "model compiled", "whole step compiled"]
+    runners, compile_s = {}, {}
+    for mode in modes:
+        runners[mode] = make_runner(params, mode)
+        started = time.perf_counter()
+        for _ in range(3):  # compiles (and recompiles once the optimizer state exists)
+            runners[mode](inputs, targets)
+        compile_s[mode] = time.perf_counter() - started
+    rates = {mode: [] for mode in modes}
+    for _ in range(args.rounds):
+        for mode in modes:
+            started = time.perf_counter()
+            for _ in range(args.steps):
+                runners[mode](inputs, targets)
+            rates[mode].append(args.steps * batch * block / (time.perf_counter() - started))
+    eager = statistics.median(rates["eager"])
+    result = {"machine": machine_label(), "shape": args.shape, "precision": args.precision,
+              "optimizer": params.train.optimizer, "model": params.model.model_dump(), "batch": [batch, block],
+              "tokens_per_s": {m: statistics.median(r) for m, r in rates.items()},
+              "ratio_to_eager": {m: statistics.median(r) / eager for m, r in rates.items()},
+              "first_three_steps_s": compile_s, "rounds": rates}
+    for mode in modes:
+        print(f"{mode:<22} {result['tokens_per_s'][mode]:>9,.0f} tokens/s  ({result['ratio_to_eager'][mode]:.2f}x eager; "
+              f"first 3 steps {compile_s[mode]:.1f} s)")
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2))
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
