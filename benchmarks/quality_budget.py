@@ -50,23 +50,22 @@ REFERENCE = ["model.num_layers=4", "model.num_heads=4", "model.embedding_dim=128
              "train.grad_clip=1.0", "train.precision=fp32", "train.eval_every=250", "train.eval_batches=20"]
 # the same recipe for a wall clock instead of 2000 steps: the LR decays over the budget, as the presets' does
 CLOCKED = ["train.max_steps=1000000"]
-# the budget shape the rule did not pick on the calibration machines, forced (budget.choose_shape off): the other
-# side of the rule's calibration (README, "Time budgets")
-SMALL_SHAPE = ["budget.choose_shape=false", "model.block_size=64", "model.embedding_dim=128", "model.num_heads=4",
-               "model.num_layers=4", "model.dropout=0.0", "train.batch_size=16", "train.lr=0.003",
-               "train.warmup_steps=100", "train.betas=[0.9,0.99]", "train.eval_batches=10"]
-PRODUCTION_SHAPE = ["budget.choose_shape=false", "train.batch_size=16"]
+# the budget shape the rule did not pick on the calibration machines, forced: the other shape removed from
+# budget.shapes, so preflight times and trains the one left, exactly as conf/config.yaml defines it (the other side
+# of the rule's calibration, README "Budget shapes")
+ONLY_PRODUCTION = ["~budget.shapes.small"]
+ONLY_SMALL = ["~budget.shapes.production"]
 # the presets' rows also report dynamic evaluation (a separate column, never the val bpc)
 DYNAMIC = ["evaluate.dynamic=true"]
 RUNS = {
     "nanoGPT CPU recipe (reference)": REFERENCE,
     "nanoGPT recipe, 72 s (reference)": [*REFERENCE, *CLOCKED, "train.max_seconds=72"],
     "budget-72s preset": ["experiment=budget-72s", *DYNAMIC],
-    "production shape, 72 s (forced)": ["experiment=budget-72s", *PRODUCTION_SHAPE],
+    "production shape, 72 s (forced)": ["experiment=budget-72s", *ONLY_PRODUCTION],
 }
 LONG_RUNS = {"nanoGPT recipe, 15 min (reference)": [*REFERENCE, *CLOCKED, "train.max_seconds=900"],
              "budget-15m preset": ["experiment=budget-15m", *DYNAMIC],
-             "small shape, 15 min (forced)": ["experiment=budget-15m", *SMALL_SHAPE]}
+             "small shape, 15 min (forced)": ["experiment=budget-15m", *ONLY_SMALL]}
 SMOKE_RUNS = {"budget-72s preset, 3 s": ["experiment=budget-72s", "train.max_seconds=3", *DYNAMIC]}
 QUIET = ["train.sample_length=0"]
 

@@ -116,13 +116,19 @@ def test_prompt_characters_outside_the_vocabulary_are_refused():
 
 def test_evaluate_and_generate_stages_on_a_trained_checkpoint(project):
     root, source = project
-    recompose(root, source, ["generate.max_new_tokens=40"])
+    recompose(root, source, ["generate.max_new_tokens=40", "evaluate.dynamic=true"])
     model, tok = train_quickly(root, 250)
     save_checkpoint(root / "models/mini_gpt_best.pt", model, tok.fingerprint, best_step=250, elapsed_s=1.0)
     for stage in ("evaluate", "generate"):
         result = subprocess.run([sys.executable, str(REPO_ROOT / f"stages/{stage}.py")], cwd=root, capture_output=True, text=True)
         assert result.returncode == 0, result.stderr
+        if stage == "evaluate":
+            assert "[evaluate] dynamic evaluation: the model learns on each split while scoring it" in result.stdout
     metrics = json.loads((root / "reports/evaluation.json").read_text())
+    dynamic = metrics["dynamic"]  # its own key: the static figures are scored without it
+    assert dynamic["label"].startswith("dynamic evaluation") and dynamic["lr"] == 1e-4
+    assert dynamic["val"]["tokens"] == metrics["val"]["tokens"] and dynamic["test"]["tokens"] == metrics["test"]["tokens"]
+    assert dynamic["val"]["bpc"] != metrics["val"]["bpc"]
     val_len = len(np.load(root / "data/encoded/val.npy"))
     assert metrics["val"]["tokens"] == val_len - 1
     assert metrics["val"]["bpc"] < metrics["baseline_bpc"] - 0.5
