@@ -2,7 +2,7 @@
 xz) do. A separate, labelled figure: it never replaces or mixes with the static val/test bpc.
 
 The split is cut into `streams` contiguous segments scored side by side. Each segment is read in the static
-evaluation's sliding windows (minigpt.evaluation.window_plan: every target scored once, >= block_size - stride
+evaluation's sliding windows (minigpt.scoring.window_plan: every target scored once, >= block_size - stride
 tokens of context after a segment's first window); at each step every segment's next window is scored first
 and only then does the model take one Adam step on the targets just scored. A target is therefore always
 predicted by weights that have never seen it. Every split starts from the trained weights (a fresh copy).
@@ -15,10 +15,8 @@ import math
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from minigpt.runtime import autocast_for
-from minigpt.scoring import window_plan
+from minigpt.scoring import window_batch, window_nll, window_plan
 
 LABEL = ("dynamic evaluation: the model learns on each split while scoring it (one Adam step per window, each "
          "target scored before any step on it); not comparable with the static bpc")
@@ -45,23 +43,17 @@ def dynamic_score(model, ids: np.ndarray, stride: int, streams: int, lr: float, 
     plans = [[(first + start, offset) for start, offset in window_plan(last - first + 1, block, stride)]
              for first, last in bounds]
     width = min(block, len(ids) - 1)  # every segment holds a full window (or the split is one short window)
-    total_nll, total_tokens, steps = 0.0, 0, 0
-    for step in range(max(len(p) for p in plans)):
+    steps = max(len(p) for p in plans)
+    total_nll, total_tokens = 0.0, 0
+    for step in range(steps):
         windows = [p[step] for p in plans if step < len(p)]
-        index = torch.tensor([start for start, _ in windows])[:, None] + torch.arange(width)
-        first = torch.tensor([offset for _, offset in windows])
-        inputs, targets = ids[index].to(device), ids[index + 1].to(device)
-        with autocast_for(device, precision):
-            logits, _ = learner(inputs)
-        nll = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), reduction="none")
-        scored = (torch.arange(width)[None, :] >= first[:, None]).to(device).reshape(-1)
-        new = nll[scored]
+        inputs, targets, mask = window_batch(ids, windows, width, device)
+        new = window_nll(learner, inputs, targets, precision)[mask]
         total_nll += float(new.detach().double().sum())  # scored before the step below
-        total_tokens += int(scored.sum())
+        total_tokens += int(mask.sum())
         optimizer.zero_grad(set_to_none=True)
         new.mean().backward()
         optimizer.step()
-        steps += 1
     loss = total_nll / total_tokens
     return {"loss": loss, "perplexity": math.exp(loss), "bpc": loss / math.log(2), "tokens": total_tokens,
             "steps": steps, "streams": len(bounds)}

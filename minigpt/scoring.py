@@ -35,6 +35,23 @@ def window_plan(num_tokens: int, block_size: int, stride: int) -> list[tuple[int
     return plan
 
 
+def window_batch(ids: torch.Tensor, windows: list[tuple[int, int]], width: int, device: torch.device):
+    """(inputs, targets, mask), each [len(windows), width], for windows (start, first scored offset) of the
+    plan: mask marks the targets each window scores."""
+    offsets = torch.arange(width)
+    index = torch.tensor([start for start, _ in windows])[:, None] + offsets
+    first = torch.tensor([offset for _, offset in windows])
+    return ids[index].to(device), ids[index + 1].to(device), (offsets[None, :] >= first[:, None]).to(device)
+
+
+def window_nll(model, inputs: torch.Tensor, targets: torch.Tensor, precision: str) -> torch.Tensor:
+    """Per-target NLL [B, T] in fp32 of a forward pass in the given precision."""
+    with autocast_for(inputs.device, precision):
+        logits, _ = model(inputs)
+    nll = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), reduction="none")
+    return nll.view(targets.shape)
+
+
 @torch.inference_mode()  # no autograd bookkeeping at all (cheaper than no_grad)
 def score_split(model, ids: np.ndarray | torch.Tensor, stride: int, batch_size: int, device: torch.device,
                 precision: str = "fp32") -> dict:
@@ -46,19 +63,11 @@ def score_split(model, ids: np.ndarray | torch.Tensor, stride: int, batch_size: 
     was_training = model.training
     model.eval()
     total_nll, total_tokens = 0.0, 0
-    offsets = torch.arange(window)
     try:
         for i in range(0, len(plan), batch_size):
-            chunk = plan[i:i + batch_size]
-            starts = torch.tensor([s for s, _ in chunk])
-            first = torch.tensor([f for _, f in chunk])
-            index = starts[:, None] + offsets
-            inputs, targets = ids[index].to(device), ids[index + 1].to(device)
-            with autocast_for(device, precision):
-                logits, _ = model(inputs)
-            nll = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), reduction="none")
-            mask = (offsets[None, :] >= first[:, None]).to(device)
-            total_nll += float(nll.view(len(chunk), window)[mask].double().sum())
+            inputs, targets, mask = window_batch(ids, plan[i:i + batch_size], window, device)
+            nll = window_nll(model, inputs, targets, precision)
+            total_nll += float(nll[mask].double().sum())
             total_tokens += int(mask.sum())
     finally:
         model.train(was_training)

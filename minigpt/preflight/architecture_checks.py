@@ -70,7 +70,7 @@ def check_architecture(ctx: Context) -> dict:
     problems = [f"{part}: {measured_counts.get(part, 0):,} parameters, the config says {want:,}"
                 for part, want in expected.items() if measured_counts.get(part, 0) != want]
     problems += [f"{part}: {n:,} parameters in a part the config does not have"
-                 for part, n in measured_counts.items() if part not in expected and n]
+                 for part, n in measured_counts.items() if part not in expected]
     if all(hasattr(block, "mlp") and hasattr(block.mlp, "act") for block in getattr(model, "blocks", [])):
         model.eval()
         errors = _activation_errors(model, ctx.batch[0][:2], config.mlp)

@@ -34,14 +34,11 @@ NORM_RTOL = 1e-3
 def _expected_decay(model: nn.Module) -> dict[str, bool]:
     """name -> whether the exercise says it decays: matrices (linear and embedding weights) yes; biases and every
     parameter of a LayerNorm no, whatever its shape (LayerNorm is judged by the module that owns the parameter)."""
-    owners = {}  # a tied matrix is one parameter: judged by its first owner, under the name named_parameters gives it
+    expected = {}
     for module_name, module in model.named_modules():
         for name, param in module.named_parameters(recurse=False):
-            owners.setdefault(id(param), (module, name))
-    expected = {}
-    for full, param in model.named_parameters():
-        module, name = owners[id(param)]
-        expected[full] = not (isinstance(module, nn.LayerNorm) or name.endswith("bias")) and param.dim() >= 2
+            full = f"{module_name}.{name}" if module_name else name
+            expected[full] = not (isinstance(module, nn.LayerNorm) or name.endswith("bias")) and param.dim() >= 2
     return expected
 
 
