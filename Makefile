@@ -32,7 +32,7 @@ setup: $(STAMP)
 
 # recompose params.yaml from conf/ (what `dvc exp run` does; `dvc repro` only reads params.yaml)
 params: $(STAMP)
-	$(BIN)/python -m minigpt.compose $(OVERRIDES)
+	$(BIN)/python -m minigpt.core.compose $(OVERRIDES)
 
 # the whole pipeline; DATA=/abs/path uses a local copy (directory or zip) instead of downloading
 repro: $(STAMP)

@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from minigpt.config import ModelConfig  # noqa: E402
-from minigpt.model import MiniGPTConfig  # noqa: E402
+from minigpt.core.config import ModelConfig  # noqa: E402
+from minigpt.model.gpt import MiniGPTConfig  # noqa: E402
 
 
 def model_preset(name: str, vocab: int) -> MiniGPTConfig:
@@ -87,8 +87,8 @@ DATA_STAGES = ("fetch", "clean", "tokenizer", "encode", "baselines")
 
 def compose_project(work: Path, corpus: Path, overrides: list[str]):
     """params.yaml in `work` for the local corpus folder plus Hydra overrides; returns the validated Params."""
-    from minigpt.compose import compose_params
-    from minigpt.config import load_params
+    from minigpt.core.compose import compose_params
+    from minigpt.core.config import load_params
 
     compose_params(work / "params.yaml", ROOT / "conf", ["data=local", f"data.path={corpus.resolve()}", *overrides])
     return load_params(work / "params.yaml")
@@ -107,7 +107,7 @@ def prepare_project(work: Path, corpus: Path) -> None:
 
 def clear_checkpoints(work: Path) -> None:
     """Remove the scratch project's checkpoints, so the next run starts fresh instead of resuming."""
-    from minigpt.paths import BEST_CHECKPOINT, LATEST_CHECKPOINT
+    from minigpt.core.paths import BEST_CHECKPOINT, LATEST_CHECKPOINT
 
     for path in (LATEST_CHECKPOINT, BEST_CHECKPOINT):
         (work / path).unlink(missing_ok=True)

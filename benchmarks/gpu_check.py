@@ -16,17 +16,17 @@ import time
 from pathlib import Path
 
 import torch
-from bench_common import flops_per_token  # noqa: E402  (also puts the repo on sys.path)
 
-from minigpt.checks import format_table  # noqa: E402
-from minigpt.config import load_params  # noqa: E402
-from minigpt.eval_loop import calc_loss_batch  # noqa: E402
-from minigpt.evaluation import evaluate_checkpoint  # noqa: E402
-from minigpt.generation import generate_samples  # noqa: E402
-from minigpt.model import MiniGPT, MiniGPTConfig  # noqa: E402
-from minigpt.optim import make_adamw  # noqa: E402
+from bench_common import flops_per_token  # noqa: E402  (also puts the repo on sys.path)
+from minigpt.core.config import load_params  # noqa: E402
+from minigpt.evaluate.checkpoint_eval import evaluate_checkpoint  # noqa: E402
+from minigpt.evaluate.generation import generate_samples  # noqa: E402
+from minigpt.model.batch_loss import calc_loss_batch  # noqa: E402
+from minigpt.model.gpt import MiniGPT, MiniGPTConfig  # noqa: E402
+from minigpt.preflight.checks import format_table  # noqa: E402
 from minigpt.preflight.suite import run_preflight  # noqa: E402
-from minigpt.training import train  # noqa: E402
+from minigpt.train.loop import train  # noqa: E402
+from minigpt.train.optim import make_adamw  # noqa: E402
 
 
 def with_train(params, **changes):
@@ -81,9 +81,9 @@ def throughput(config: MiniGPTConfig, device: str, batch: int, precision: str, c
 def continue_on_cpu(path: Path, params, steps: int = 3) -> dict:
     """Load the GPU checkpoint on the CPU as resume does (strict model load, optimizer state onto the CPU
     parameters) and take a few optimizer steps there."""
-    from minigpt.batching import get_batch
-    from minigpt.checkpoint import load_checkpoint, load_state_strict
-    from minigpt.encoding import load_split
+    from minigpt.data.batching import get_batch
+    from minigpt.data.encode import load_split
+    from minigpt.model.checkpoint import load_checkpoint, load_state_strict
 
     checkpoint = load_checkpoint(path)
     model = MiniGPT(MiniGPTConfig(**checkpoint["config"]))

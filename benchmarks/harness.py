@@ -31,18 +31,27 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bench_common import (ROOT, compose_project, copy_into_fresh_repo, flops_per_token, machine_kind,  # noqa: E402
-                          machine_label, model_preset, prepare_project, synthetic_corpus)  # (bench_common also puts the repo on sys.path)
-from minigpt import model as model_module  # noqa: E402
-from minigpt.cleaning import clean_splits  # noqa: E402
-from minigpt.config import CleanConfig  # noqa: E402
-from minigpt.eval_loop import calc_loss_batch  # noqa: E402
-from minigpt.scoring import score_split  # noqa: E402
-from minigpt.model import MiniGPT  # noqa: E402
-from minigpt.optim import build_param_groups  # noqa: E402
+from bench_common import (  # noqa: E402
+    ROOT,
+    compose_project,
+    copy_into_fresh_repo,
+    flops_per_token,
+    machine_kind,
+    machine_label,  # (bench_common also puts the repo on sys.path)
+    model_preset,
+    prepare_project,
+    synthetic_corpus,
+)
+from minigpt.core.config import CleanConfig  # noqa: E402
+from minigpt.data.clean import clean_splits  # noqa: E402
+from minigpt.data.tokenizer import CharTokenizer  # noqa: E402
+from minigpt.evaluate.scoring import score_split  # noqa: E402
+from minigpt.model import gpt as model_module  # noqa: E402
+from minigpt.model.batch_loss import calc_loss_batch  # noqa: E402
+from minigpt.model.gpt import MiniGPT  # noqa: E402
 from minigpt.preflight.suite import run_preflight  # noqa: E402
-from minigpt.tokenizer import CharTokenizer  # noqa: E402
-from minigpt.training import train  # noqa: E402
+from minigpt.train.loop import train  # noqa: E402
+from minigpt.train.optim import build_param_groups  # noqa: E402
 
 
 def median_time(fn, rounds: int) -> float:
@@ -318,7 +327,7 @@ def evaluation_speed(preset: str, vocab: int, tokens: int, rounds: int, batch: i
 
 def generate_recompute(model, ids, new_tokens: int, settings, generator):
     """The way before the KV cache (and the guide's): a full forward pass over the cropped window per token."""
-    from minigpt.sampling import next_token_logits
+    from minigpt.model.sampling import next_token_logits
 
     block = model.config.block_size
     with torch.no_grad():
@@ -333,7 +342,7 @@ def generate_recompute(model, ids, new_tokens: int, settings, generator):
 def generation_speed(preset: str, vocab: int, new_tokens: int, rounds: int) -> dict:
     """Sampling tokens/s of one prompt (batch 1, fp32, the generate stage's settings), recomputing the window per
     token against the KV cache, interleaved round by round."""
-    from minigpt.sampling import SamplingSettings
+    from minigpt.model.sampling import SamplingSettings
 
     config = model_preset(preset, vocab)
     torch.manual_seed(0)

@@ -15,8 +15,9 @@ from pathlib import Path
 import torch
 
 from bench_common import compose_project, machine_kind, machine_label, synthetic_corpus  # noqa: E402
-from minigpt.model import MiniGPT, MiniGPTConfig  # noqa: E402
-from minigpt.precision_choice import choose_evaluation_precision, choose_training_precision  # noqa: E402
+from minigpt.model.gpt import MiniGPT, MiniGPTConfig  # noqa: E402
+from minigpt.model.precision import choose_evaluation_precision
+from minigpt.train.precision_choice import choose_training_precision  # noqa: E402
 
 PRESETS = {"debug": ["experiment=debug", "train.precision=auto", "evaluate.precision=auto"], "production": [],
            "budget shape small": ["experiment=budget-72s"], "budget shape production": ["experiment=budget-15m"]}

@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 
 from bench_common import ROOT, clear_checkpoints, compose_project, prepare_project  # noqa: E402  (also puts the repo on sys.path)
-from minigpt.paths import TRAIN_LOG  # noqa: E402
-from minigpt.training import train  # noqa: E402
+from minigpt.core.paths import TRAIN_LOG  # noqa: E402
+from minigpt.train.loop import train  # noqa: E402
 
 
 def run(work: Path, corpus: Path, preset: str, steps: int, precision: str) -> dict:

@@ -28,14 +28,16 @@ from helpers.planted_bugs import (  # noqa: E402
     lr_zero_after_warmup,
     zero_grad_between_backward_and_step,
 )
-
-from minigpt import optim, train_step  # noqa: E402
-from minigpt.checks import Context, run_checks  # noqa: E402
-from minigpt.model import MiniGPTConfig  # noqa: E402
+from minigpt.data.tokenizer import CharTokenizer  # noqa: E402
+from minigpt.model.devices import select_device  # noqa: E402
+from minigpt.model.gpt import MiniGPTConfig  # noqa: E402
+from minigpt.preflight.checks import Context, run_checks  # noqa: E402
 from minigpt.preflight.suite import CHECKS  # noqa: E402
 from minigpt.preflight.training_checks import running_median  # noqa: E402
-from minigpt.runtime import select_device  # noqa: E402
-from minigpt.tokenizer import CharTokenizer  # noqa: E402
+from minigpt.train import (
+    optim,  # noqa: E402
+    train_step,
+)
 
 PRESETS = {"debug": ["experiment=debug"], "production": [], "budget-72s": ["experiment=budget-72s"],
            "budget-15m": ["experiment=budget-15m"]}

@@ -25,23 +25,23 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from bench_common import (  # noqa: E402  (also puts the repo on sys.path)
     ROOT,
     clear_checkpoints,
-    machine_label,
     compose_project,
+    machine_label,
     prepare_project,
     synthetic_corpus,
 )
-
-from minigpt.checkpoint import load_checkpoint, model_from_checkpoint  # noqa: E402
-from minigpt.encoding import load_ids  # noqa: E402
-from minigpt.eval_loop import evaluate_model  # noqa: E402
-from minigpt.evaluation import evaluate_checkpoint  # noqa: E402
-from minigpt.gate import run_params  # noqa: E402
-from minigpt.paths import ENCODED_DIR  # noqa: E402
+from minigpt.core.paths import ENCODED_DIR  # noqa: E402
+from minigpt.data.encode import load_ids  # noqa: E402
+from minigpt.evaluate.checkpoint_eval import evaluate_checkpoint  # noqa: E402
+from minigpt.model.batch_loss import evaluate_model  # noqa: E402
+from minigpt.model.checkpoint import load_checkpoint, model_from_checkpoint  # noqa: E402
 from minigpt.preflight.suite import run_preflight  # noqa: E402
-from minigpt.training import train  # noqa: E402
+from minigpt.train.gate import run_params  # noqa: E402
+from minigpt.train.loop import train  # noqa: E402
 
 # nanoGPT README, "I only have a macbook": train_shakespeare_char.py with these CPU overrides (dropout 0)
 REFERENCE = ["model.num_layers=4", "model.num_heads=4", "model.embedding_dim=128", "model.block_size=64",

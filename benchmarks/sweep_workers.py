@@ -1,5 +1,5 @@
 """A queued LR sweep with 1 and 2 DVC workers, side by side in one run: does a second worker pay off once each
-process takes its share of the cores (minigpt/thread_share.py), and what did it cost when every process took
+process takes its share of the cores (minigpt/core/thread_share.py), and what did it cost when every process took
 every core (the behaviour before, forced here with MINIGPT_THREADS=<cores>)?
 
     python benchmarks/sweep_workers.py --corpus ../shared/wt2-mini --out benchmarks/results/sweep_workers_<machine>.json
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from bench_common import compose_project, copy_into_fresh_repo, machine_kind, machine_label, synthetic_corpus  # noqa: E402
-from minigpt.thread_share import available_cores  # noqa: E402
+from minigpt.core.thread_share import available_cores  # noqa: E402
 
 
 def scratch_repo(work: Path, corpus: Path) -> dict:

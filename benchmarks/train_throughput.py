@@ -13,11 +13,11 @@ import statistics
 import time
 
 import torch
-from bench_common import model_preset
 
-from minigpt.eval_loop import calc_loss_batch
-from minigpt.model import MiniGPT
-from minigpt.optim import make_adamw
+from bench_common import model_preset
+from minigpt.model.batch_loss import calc_loss_batch
+from minigpt.model.gpt import MiniGPT
+from minigpt.train.optim import make_adamw
 
 
 def time_steps(model, optimizer, batch, precision: str, steps: int) -> float:

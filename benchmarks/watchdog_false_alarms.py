@@ -17,12 +17,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_common import clear_checkpoints, compose_project, machine_kind, machine_label, prepare_project, synthetic_corpus
-from minigpt.evaluation import evaluate_checkpoint  # noqa: E402
-from minigpt.gate import run_params  # noqa: E402
+from bench_common import (
+    clear_checkpoints,
+    compose_project,
+    machine_kind,
+    machine_label,
+    prepare_project,
+    synthetic_corpus,
+)
+from minigpt.evaluate.checkpoint_eval import evaluate_checkpoint  # noqa: E402
 from minigpt.preflight.suite import run_preflight  # noqa: E402
-from minigpt.training import train  # noqa: E402
-from minigpt.watchdogs import WatchdogStop  # noqa: E402
+from minigpt.train.gate import run_params  # noqa: E402
+from minigpt.train.loop import train  # noqa: E402
+from minigpt.train.watchdogs import WatchdogStop  # noqa: E402
 
 PRESETS = {"debug": ["experiment=debug"], "budget-72s": ["experiment=budget-72s"],
            "budget-15m": ["experiment=budget-15m"], "production": []}

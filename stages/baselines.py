@@ -1,9 +1,9 @@
 """Stage baselines: classical predictors of val and test, fitted on train -> data/baselines/baselines.json."""
 
-from minigpt.baselines import baseline_ladder
-from minigpt.io_utils import atomic_write_json
-from minigpt.paths import BASELINES_REPORT, ENCODED_DIR
-from minigpt.stage import stage_main
+from minigpt.core.io_utils import atomic_write_json
+from minigpt.core.paths import BASELINES_REPORT, ENCODED_DIR
+from minigpt.core.stage import stage_main
+from minigpt.evaluate.baselines import baseline_ladder
 
 
 def run(params):

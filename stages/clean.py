@@ -1,10 +1,9 @@
 """Stage clean: normalise data/raw/ into data/clean/{train,val,test}.txt; report in reports/clean.json."""
 
-from minigpt.cleaning import clean_splits
-from minigpt.fetch import raw_split_path
-from minigpt.io_utils import atomic_directory, atomic_write_json
-from minigpt.paths import CLEAN_DIR, CLEAN_REPORT, RAW_DIR, SPLITS, clean_split_path
-from minigpt.stage import read_text, stage_main
+from minigpt.core.io_utils import atomic_directory, atomic_write_json
+from minigpt.core.paths import CLEAN_DIR, CLEAN_REPORT, RAW_DIR, SPLITS, clean_split_path, raw_split_path
+from minigpt.core.stage import read_text, stage_main
+from minigpt.data.clean import clean_splits
 
 
 def run(params):

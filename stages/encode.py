@@ -1,9 +1,9 @@
 """Stage encode: token IDs of every clean split as .npy arrays + meta.json in data/encoded/."""
 
-from minigpt.encoding import encode_splits
-from minigpt.paths import ENCODED_DIR, SPLITS, TOKENIZER_FILE, clean_split_path
-from minigpt.stage import read_text, stage_main
-from minigpt.tokenizer import CharTokenizer
+from minigpt.core.paths import ENCODED_DIR, SPLITS, TOKENIZER_FILE, clean_split_path
+from minigpt.core.stage import read_text, stage_main
+from minigpt.data.encode import encode_splits
+from minigpt.data.tokenizer import CharTokenizer
 
 
 def run(params):

@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from minigpt.evaluation import evaluate_checkpoint
-from minigpt.io_utils import atomic_write_json
-from minigpt.paths import EVAL_REPORT
-from minigpt.stage import stage_main
+from minigpt.core.io_utils import atomic_write_json
+from minigpt.core.paths import EVAL_REPORT
+from minigpt.core.stage import stage_main
+from minigpt.evaluate.checkpoint_eval import evaluate_checkpoint
 
 
 def run(params):

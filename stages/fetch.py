@@ -1,8 +1,8 @@
 """Stage fetch: WikiText raw files (local copy or download), verified, into data/raw/."""
 
-from minigpt.fetch import fetch
-from minigpt.paths import RAW_DIR
-from minigpt.stage import stage_main
+from minigpt.core.paths import RAW_DIR
+from minigpt.core.stage import stage_main
+from minigpt.data.fetch import fetch
 
 
 def run(params):

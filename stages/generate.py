@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from minigpt.generation import generate_samples
-from minigpt.io_utils import atomic_write_json, atomic_write_text
-from minigpt.paths import GENERATION_REPORT, SAMPLES_MD
-from minigpt.stage import stage_main
+from minigpt.core.io_utils import atomic_write_json, atomic_write_text
+from minigpt.core.paths import GENERATION_REPORT, SAMPLES_MD
+from minigpt.core.stage import stage_main
+from minigpt.evaluate.generation import generate_samples
 
 
 def run(params):

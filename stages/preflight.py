@@ -5,11 +5,11 @@ The previous report is removed first, so a crash or a bad params.yaml can never 
 
 from pathlib import Path
 
-from minigpt.checks import format_table, report_log_line
-from minigpt.gate import PreflightFailed
-from minigpt.paths import DEBUG_REPORT
+from minigpt.core.paths import DEBUG_REPORT
+from minigpt.core.stage import stage_main
+from minigpt.preflight.checks import format_table, report_log_line
 from minigpt.preflight.suite import discard_report, run_preflight
-from minigpt.stage import stage_main
+from minigpt.train.gate import PreflightFailed
 
 
 def run(params):

@@ -3,12 +3,12 @@ file) and its offline HTML page (reports/report.html, all of them) from the repo
 
 from pathlib import Path
 
-from minigpt.io_utils import atomic_write_json, atomic_write_text
-from minigpt.paths import REPORT_HTML, RUN_METRICS
+from minigpt.core.io_utils import atomic_write_json, atomic_write_text
+from minigpt.core.paths import REPORT_HTML, RUN_METRICS
+from minigpt.core.stage import stage_main
 from minigpt.report.decision import decision_metrics, dvc_metrics
 from minigpt.report.run_files import WORKSPACE, load_run, workspace_reader
 from minigpt.report.run_page import run_page
-from minigpt.stage import stage_main
 
 
 def run(params):

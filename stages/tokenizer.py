@@ -1,9 +1,9 @@
 """Stage tokenizer: the character vocabulary of clean train (+ the placeholder), round-trip checked."""
 
-from minigpt.errors import DataError
-from minigpt.paths import SPLITS, TOKENIZER_FILE, clean_split_path
-from minigpt.stage import read_text, stage_main
-from minigpt.tokenizer import CharTokenizer
+from minigpt.core.errors import DataError
+from minigpt.core.paths import SPLITS, TOKENIZER_FILE, clean_split_path
+from minigpt.core.stage import read_text, stage_main
+from minigpt.data.tokenizer import CharTokenizer
 
 
 def run(params):

@@ -5,8 +5,8 @@ Also runs under torchrun:  torchrun --nproc_per_node=2 stages/train.py
 
 from pathlib import Path
 
-from minigpt.stage import stage_main
-from minigpt.training import train
+from minigpt.core.stage import stage_main
+from minigpt.train.loop import train
 
 
 def run(params):

@@ -1,5 +1,6 @@
-"""The README's Architecture section is the layering, and the code keeps it: every minigpt module is listed in
-exactly one layer, and no module imports a module of a higher layer (the stage scripts sit on top of them all)."""
+"""The README's Architecture section is the layering, and the code keeps it: the library is one package per
+stage, each package a layer; every minigpt module is listed once, under its own package, and no module imports a
+module of a package listed after its own (the stage scripts sit on top of them all)."""
 
 import ast
 import re
@@ -10,17 +11,19 @@ PACKAGE = REPO_ROOT / "minigpt"
 
 
 def readme_layers() -> dict[str, int]:
-    """module path -> layer number, from the README's '## Architecture' section ('### N. …' headings)."""
+    """module path -> layer number, from the README's '## Architecture' section ('### N. `minigpt/pkg/` …' headings,
+    the package's modules listed under them)."""
     text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     section = text.split("\n## Architecture\n", 1)[1].split("\n## ", 1)[0]
-    layers, layer = {}, None
+    layers, layer, package = {}, None, None
     for line in section.splitlines():
-        heading = re.match(r"### (\d+)\. ", line)
+        heading = re.match(r"### (\d+)\. `(minigpt/\w+/)`", line)
         if heading:
-            layer = int(heading.group(1))
+            layer, package = int(heading.group(1)), heading.group(2)
         elif line.startswith("- ") and layer is not None:
             for name in re.findall(r"`(minigpt/[\w/]+\.py)`", line.split(" — ", 1)[0]):
                 assert name not in layers, f"{name} is listed twice in the README's Architecture section"
+                assert name.startswith(package), f"{name} is listed under {package}, which does not hold it"
                 layers[name] = layer
     return layers
 
@@ -49,6 +52,12 @@ def modules() -> list[str]:
     return sorted(str(p.relative_to(REPO_ROOT)) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py")
 
 
+def test_the_library_is_packages_only():
+    """Every module lives in a stage's package (or the core): nothing loose at minigpt/'s top level."""
+    assert sorted(p.name for p in PACKAGE.glob("*.py")) == ["__init__.py"]
+    assert all(len(REPO_ROOT.joinpath(name).relative_to(PACKAGE).parts) == 2 for name in modules())
+
+
 def test_every_module_is_in_exactly_one_layer_of_the_readme():
     layers = readme_layers()
     assert set(modules()) - set(layers) == set(), "modules missing from the README's Architecture section"
@@ -66,5 +75,5 @@ def test_no_module_imports_a_module_above_it():
 def test_the_layering_check_sees_an_upward_import(tmp_path):
     layers = readme_layers()
     probe = tmp_path / "probe.py"
-    probe.write_text("def f():\n    from minigpt.training import train\n")
-    assert "minigpt/training.py" in minigpt_imports(probe) and layers["minigpt/training.py"] > layers["minigpt/model.py"]
+    probe.write_text("def f():\n    from minigpt.train.loop import train\n")
+    assert "minigpt/train/loop.py" in minigpt_imports(probe) and layers["minigpt/train/loop.py"] > layers["minigpt/model/gpt.py"]

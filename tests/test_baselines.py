@@ -12,14 +12,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from minigpt.baselines import baseline_ladder, conditional_bits, ids_as_bytes, unigram_bits, xz
-from minigpt.checkpoint import save_checkpoint
-from minigpt.ngram import kneser_ney_bits
-
 from helpers import REPO_ROOT
 from helpers.params_edits import refusal
 from helpers.pipeline_fixture import recompose
 from helpers.tiny_models import train_quickly
+from minigpt.evaluate.baselines import baseline_ladder, conditional_bits, ids_as_bytes, unigram_bits, xz
+from minigpt.evaluate.ngram import kneser_ney_bits
+from minigpt.model.checkpoint import save_checkpoint
 
 
 def brute_force_kneser_ney(train, seq, vocab, order, discount):

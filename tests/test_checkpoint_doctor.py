@@ -6,22 +6,21 @@ import sys
 import pytest
 import torch
 
-from minigpt.checkpoint import (
+from helpers.pipeline_fixture import recompose
+from helpers.tiny_models import small_config, train_quickly
+from minigpt.core.paths import TOKENIZER_FILE
+from minigpt.data.tokenizer import CharTokenizer
+from minigpt.evaluate.doctor import main as doctor_main
+from minigpt.model.checkpoint import (
     CheckpointError,
     load_checkpoint,
     load_state_strict,
     model_from_checkpoint,
     save_checkpoint,
 )
-from minigpt.doctor import main as doctor_main
-from minigpt.model import MiniGPT, MiniGPTConfig
-from minigpt.optim import build_param_groups
-from minigpt.paths import TOKENIZER_FILE
-from minigpt.tokenizer import CharTokenizer
-from minigpt.training import train
-
-from helpers.pipeline_fixture import recompose
-from helpers.tiny_models import small_config, train_quickly
+from minigpt.model.gpt import MiniGPT, MiniGPTConfig
+from minigpt.train.loop import train
+from minigpt.train.optim import build_param_groups
 
 
 def test_checkpoint_round_trip_is_weights_only(tmp_path):
@@ -149,7 +148,7 @@ def test_doctor_refuses_a_checkpoint_from_another_tokenizer(project):
     recompose(root, source, [])
     model, _ = train_quickly(root, 0)
     save_checkpoint(root / "models/other.pt", model, "0" * 64)
-    result = subprocess.run([sys.executable, "-m", "minigpt.doctor", "--checkpoint", "models/other.pt"], cwd=root,
+    result = subprocess.run([sys.executable, "-m", "minigpt.evaluate.doctor", "--checkpoint", "models/other.pt"], cwd=root,
                             capture_output=True, text=True)
     assert result.returncode == 1
     assert "trained with tokenizer 0000000000000000" in result.stderr and "Traceback" not in result.stderr

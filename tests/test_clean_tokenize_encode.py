@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from minigpt.cleaning import clean_splits
-from minigpt.config import CleanConfig
-from minigpt.encoding import encode_splits, ids_dtype, load_ids, load_meta, load_split
-from minigpt.errors import DataError
-from minigpt.tokenizer import CharTokenizer, fingerprint_of
+from minigpt.core.config import CleanConfig
+from minigpt.core.errors import DataError
+from minigpt.data.clean import clean_splits
+from minigpt.data.encode import encode_splits, ids_dtype, load_ids, load_meta, load_split
+from minigpt.data.tokenizer import CharTokenizer, fingerprint_of
 
 PH = "\ufffd"
 

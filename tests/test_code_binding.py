@@ -10,16 +10,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from minigpt import code_binding
-from minigpt.checkpoint import CheckpointError
-from minigpt.code_binding import import_closure, run_code_files
-from minigpt.gate import GateError, verify_gate
-from minigpt.model import MiniGPT
-from minigpt.preflight.suite import run_preflight
-from minigpt.training import train
-
 from helpers import REPO_ROOT
 from helpers.pipeline_fixture import recompose
+from minigpt.core import code_binding
+from minigpt.core.code_binding import import_closure, run_code_files
+from minigpt.model.checkpoint import CheckpointError
+from minigpt.model.gpt import MiniGPT
+from minigpt.preflight.suite import run_preflight
+from minigpt.train.gate import GateError, verify_gate
+from minigpt.train.loop import train
 
 FAST = ["train.max_steps=40", "train.eval_every=20", "train.eval_batches=2", "train.sample_length=0"]
 
@@ -32,21 +31,33 @@ def code_deps(stage: dict) -> set[str]:
     return {d for d in stage["deps"] if d.startswith(("stages/", "minigpt/", "conf/"))}
 
 
+def as_dvc_deps(files) -> set[str]:
+    """A closure as dvc.yaml lists it: a file of a minigpt subpackage becomes its package folder."""
+    parts = [Path(f).parts for f in files]
+    return {"/".join(p[:2]) if p[0] == "minigpt" and len(p) > 2 else "/".join(p) for p in parts}
+
+
 @pytest.mark.parametrize("name", list(dvc_stages()))
-def test_dvc_code_deps_are_the_stage_scripts_import_closure(name):
+def test_dvc_code_deps_are_the_packages_of_the_stage_scripts_import_closure(name):
     stage = dvc_stages()[name]
     script = stage["cmd"].split()[-1]
-    expected = set(run_code_files()) if name == "preflight" else set(import_closure(script))
+    expected = as_dvc_deps(run_code_files() if name == "preflight" else import_closure(script))
     assert script in expected
     assert code_deps(stage) == expected, (
         f"dvc.yaml stage {name}: missing {sorted(expected - code_deps(stage))}, extra {sorted(code_deps(stage) - expected)}")
 
 
+def test_a_package_folder_dep_ignores_bytecode():
+    """DVC hashes every file of a folder dep: __pycache__ must not make a stage look changed."""
+    ignored = (REPO_ROOT / ".dvcignore").read_text().split()
+    assert "__pycache__/" in ignored and "*.pyc" in ignored
+
+
 def test_preflight_binds_the_train_scripts_code_too():
     """DVC reruns train when its code changes; preflight must rerun too, or the gate (rightly) refuses."""
     assert set(import_closure("stages/train.py")) <= set(run_code_files())
-    assert "minigpt/train_step.py" in import_closure("stages/train.py")
-    assert {"minigpt/train_step.py", "minigpt/preflight/training_checks.py"} <= set(import_closure("stages/preflight.py"))
+    assert "minigpt/train/train_step.py" in import_closure("stages/train.py")
+    assert {"minigpt/train/train_step.py", "minigpt/preflight/training_checks.py"} <= set(import_closure("stages/preflight.py"))
 
 
 @pytest.mark.parametrize("name", list(dvc_stages()))
@@ -82,9 +93,9 @@ def test_the_gate_refuses_a_report_written_by_other_code_and_names_the_files(pro
     report = run_preflight(params, root)
     assert report["passed"] and set(report["fingerprints"]["code"]["files"]) == set(run_code_files())
     verify_gate(params, root)
-    edit(code_copy / "minigpt/model.py")
-    edit(code_copy / "minigpt/train_step.py")
-    with pytest.raises(GateError, match=r"mismatched fingerprint: code \(minigpt/model.py, minigpt/train_step.py\)"):
+    edit(code_copy / "minigpt/model/gpt.py")
+    edit(code_copy / "minigpt/train/train_step.py")
+    with pytest.raises(GateError, match=r"mismatched fingerprint: code \(minigpt/model/gpt.py, minigpt/train/train_step.py\)"):
         verify_gate(params, root)
     with pytest.raises(GateError, match="dvc repro preflight"):
         train(params, root, out=lambda _m: None)
@@ -126,10 +137,10 @@ def test_auto_resume_never_continues_a_checkpoint_of_other_code(project, code_co
     assert any("already finished this exact run" in m for m in messages), messages
     assert again["resumed_from_step"] == 40
 
-    edit(code_copy / "minigpt/model.py")
+    edit(code_copy / "minigpt/model/gpt.py")
     messages = []
     fresh = train(params, root, require_gate=False, out=messages.append)
-    assert any("not resuming" in m and "other code (changed: minigpt/model.py)" in m for m in messages), messages
+    assert any("not resuming" in m and "other code (changed: minigpt/model/gpt.py)" in m for m in messages), messages
     assert fresh["resumed_from_step"] is None and fresh["steps"] == 40
     assert read_steps(root) == list(range(1, 41)), "a fresh run, not zero steps resumed"
 
@@ -152,11 +163,11 @@ def test_explicit_resume_from_continues_across_a_code_change_and_says_so(project
     latest = root / "models/mini_gpt_latest.pt"
     with pytest.raises(RuntimeError, match="killed"):
         train(recompose(root, source, FAST), root, require_gate=False, model_factory=StopsAtStep25, out=lambda _m: None)
-    edit(code_copy / "minigpt/model.py")
+    edit(code_copy / "minigpt/model/gpt.py")
     explicit = recompose(root, source, FAST + [f"train.resume_from={latest}"])
     messages = []
     summary = train(explicit, root, require_gate=False, out=messages.append)
-    assert any("continuing" in m and "across a code change (changed: minigpt/model.py)" in m for m in messages), messages
+    assert any("continuing" in m and "across a code change (changed: minigpt/model/gpt.py)" in m for m in messages), messages
     assert summary["resumed_from_step"] == 20 and summary["steps"] == 40
 
     with pytest.raises(CheckpointError, match="already at step 40 .* nothing left to train"):

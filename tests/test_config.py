@@ -5,11 +5,10 @@ import sys
 import pytest
 import yaml
 
-from minigpt.compose import compose_params
-from minigpt.config import load_params, params_from_dict
-from minigpt.errors import ConfigError
-
 from helpers import REPO_ROOT
+from minigpt.core.compose import compose_params
+from minigpt.core.config import load_params, params_from_dict
+from minigpt.core.errors import ConfigError
 
 
 def _committed():

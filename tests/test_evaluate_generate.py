@@ -10,24 +10,23 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minigpt.checkpoint import save_checkpoint
-from minigpt.config import CleanConfig
-from minigpt.errors import ConfigError
-from minigpt.scoring import score_split, window_plan
-from minigpt.generation import main as generate_main
-from minigpt.generation import prepare_prompt, sample_chunks, sample_text
-from minigpt.model import MiniGPT
-from minigpt.sampling import SamplingSettings, next_token_logits
-from minigpt.textmetrics import (
+from helpers import REPO_ROOT
+from helpers.pipeline_fixture import recompose
+from helpers.tiny_models import small_config, train_quickly
+from minigpt.core.config import CleanConfig
+from minigpt.core.errors import ConfigError
+from minigpt.data.textstats import (
     longest_char_run,
     longest_repeated_substring,
     repeated_ngram_share,
 )
-from minigpt.tokenizer import CharTokenizer
-
-from helpers import REPO_ROOT
-from helpers.pipeline_fixture import recompose
-from helpers.tiny_models import small_config, train_quickly
+from minigpt.data.tokenizer import CharTokenizer
+from minigpt.evaluate.generation import main as generate_main
+from minigpt.evaluate.generation import prepare_prompt, sample_chunks, sample_text
+from minigpt.evaluate.scoring import score_split, window_plan
+from minigpt.model.checkpoint import save_checkpoint
+from minigpt.model.gpt import MiniGPT
+from minigpt.model.sampling import SamplingSettings, next_token_logits
 
 
 @pytest.mark.parametrize("n,block,stride", [(2, 8, 4), (9, 8, 8), (100, 8, 4), (101, 8, 3), (57, 16, 1), (20, 16, 16)])
@@ -201,7 +200,7 @@ def test_generation_streams_pieces_that_join_to_one_call(project):
 
 def _dynamic_fixture():
     from helpers.tiny_models import small_config
-    from minigpt.model import MiniGPT
+    from minigpt.model.gpt import MiniGPT
 
     torch.manual_seed(0)
     model = MiniGPT(small_config(vocab=12, block_size=16))
@@ -210,7 +209,7 @@ def _dynamic_fixture():
 
 
 def test_dynamic_evaluation_at_a_vanishing_lr_is_the_static_score_in_one_stream():
-    from minigpt.dynamic_eval import dynamic_score
+    from minigpt.evaluate.dynamic import dynamic_score
 
     model, ids = _dynamic_fixture()
     static = score_split(model, ids, 8, 4, torch.device("cpu"))
@@ -220,7 +219,7 @@ def test_dynamic_evaluation_at_a_vanishing_lr_is_the_static_score_in_one_stream(
 
 
 def test_dynamic_evaluation_learns_what_repeats_and_leaves_the_model_unchanged():
-    from minigpt.dynamic_eval import dynamic_score, segment_bounds
+    from minigpt.evaluate.dynamic import dynamic_score, segment_bounds
 
     model, ids = _dynamic_fixture()
     before = {k: v.clone() for k, v in model.state_dict().items()}

@@ -7,11 +7,10 @@ import zipfile
 
 import pytest
 
-from minigpt.config import DataConfig
-from minigpt.errors import DataError
-from minigpt.fetch import USER_AGENT, fetch
-
 from helpers.wikitext_fixture import release_for, write_zip
+from minigpt.core.config import DataConfig
+from minigpt.core.errors import DataError
+from minigpt.data.fetch import USER_AGENT, fetch
 
 
 def data_cfg(source="wikitext2", path=None, mirrors=(), attempts=2):
@@ -243,7 +242,7 @@ def test_downloaded_archive_with_wrong_hash_is_refused(tmp_path, mirror, fixture
 
 
 def test_a_split_above_the_size_limit_is_refused_before_it_is_read(tmp_path, fixture_dir, fixture_files, monkeypatch):
-    import minigpt.fetch as fetch_module
+    import minigpt.data.fetch as fetch_module
 
     monkeypatch.setattr(fetch_module, "MAX_SPLIT_BYTES", 1000)
     out = tmp_path / "data" / "raw"

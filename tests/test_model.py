@@ -3,9 +3,9 @@ import math
 import pytest
 import torch
 
-from minigpt.batching import get_batch
-from minigpt.config import ModelConfig
-from minigpt.model import KVCache, MiniGPT, MiniGPTConfig
+from minigpt.core.config import ModelConfig
+from minigpt.data.batching import get_batch
+from minigpt.model.gpt import KVCache, MiniGPT, MiniGPTConfig
 
 
 def config(**overrides):

@@ -8,18 +8,18 @@ import math
 import pytest
 import torch
 
-from minigpt import model as model_module
-from minigpt import optim, rotary
-from minigpt.checks import format_table
-from minigpt.config import ConfigError
-from minigpt.model import MiniGPT, MiniGPTConfig, mlp_hidden_width
-from minigpt.preflight.architecture_checks import expected_parameters, measured_parameters
-from minigpt.preflight.suite import run_preflight
-from minigpt.training import train
-
 from helpers.pipeline_fixture import recompose
 from helpers.planted_bugs import muon_gets_the_embedding, qk_norm_over_positions, rotate_half_over_time
 from helpers.tiny_models import small_config
+from minigpt.core.config import ConfigError
+from minigpt.model import gpt as model_module
+from minigpt.model import rotary
+from minigpt.model.gpt import MiniGPT, MiniGPTConfig, mlp_hidden_width
+from minigpt.preflight.architecture_checks import expected_parameters, measured_parameters
+from minigpt.preflight.checks import format_table
+from minigpt.preflight.suite import run_preflight
+from minigpt.train import optim
+from minigpt.train.loop import train
 
 ALL_OPTIONS = ["model.position=rotary", "model.qk_norm=true", "model.mlp=swiglu", "train.optimizer=muon"]
 FAST = ["train.max_steps=30", "train.eval_every=15", "train.eval_batches=2", "train.sample_length=10"]

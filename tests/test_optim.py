@@ -2,10 +2,9 @@ import math
 
 import pytest
 
-from minigpt.model import MiniGPT
-from minigpt.optim import build_param_groups, cosine_with_warmup, make_adamw
-
 from helpers.tiny_models import small_config
+from minigpt.model.gpt import MiniGPT
+from minigpt.train.optim import build_param_groups, cosine_with_warmup, make_adamw
 
 
 def test_decay_split_puts_every_parameter_in_exactly_one_group():

@@ -89,14 +89,14 @@ def test_full_dag_then_noop_then_lr_sweep_through_the_queue(tmp_path, fixture_di
     assert project.stages_run(project.dvc("repro").stdout) == []
 
     # a code change after a finished run: the old report is refused by name, and the rerun trains from step 1
-    model_py = root / "minigpt/model.py"
+    model_py = root / "minigpt/model/gpt.py"
     model_py.write_text(model_py.read_text() + "\n# a code change\n")
     refused = project.run(sys.executable, "stages/train.py", check=False)
-    assert refused.returncode == 1 and "mismatched fingerprint: code (minigpt/model.py)" in refused.stderr
+    assert refused.returncode == 1 and "mismatched fingerprint: code (minigpt/model/gpt.py)" in refused.stderr
     assert "Traceback" not in refused.stderr
     rerun = project.dvc("repro")
     assert project.stages_run(rerun.stdout) == LR_STAGES
-    assert "not resuming" in rerun.stdout and "other code (changed: minigpt/model.py)" in rerun.stdout
+    assert "not resuming" in rerun.stdout and "other code (changed: minigpt/model/gpt.py)" in rerun.stdout
     assert "steps 1..200" in rerun.stdout and "resuming from" not in rerun.stdout
 
     project.git("add", "-A")

@@ -4,14 +4,13 @@ both and the choice, the gate binds the choice, train uses exactly it; evaluatio
 import pytest
 import torch
 
-from minigpt import precision_choice
-from minigpt.gate import GateError, verify_gate
-from minigpt.model import MiniGPT
-from minigpt.preflight.suite import run_preflight
-from minigpt.training import train
-
 from helpers.pipeline_fixture import recompose
 from helpers.tiny_models import small_config
+from minigpt.model import precision
+from minigpt.model.gpt import MiniGPT
+from minigpt.preflight.suite import run_preflight
+from minigpt.train.gate import GateError, verify_gate
+from minigpt.train.loop import train
 
 FAST = ["train.max_steps=20", "train.warmup_steps=5", "train.eval_every=10", "train.eval_batches=2",
         "train.sample_length=0", "preflight.overfit_steps=30", "preflight.overfit_threshold=5.0"]
@@ -23,7 +22,7 @@ def force(monkeypatch, fp32_s: float, bf16_s: float, calls: list | None = None):
         if calls is not None:
             calls.append(run_once)
         return {p: {"fp32": fp32_s, "bf16": bf16_s}[p] for p in precisions}
-    monkeypatch.setattr(precision_choice, "_interleaved", timed)
+    monkeypatch.setattr(precision, "interleaved_seconds", timed)
 
 
 def test_auto_times_both_precisions_and_the_report_binds_the_faster(project):
@@ -84,8 +83,8 @@ def test_without_a_report_an_auto_run_times_the_precisions_itself(project, monke
 def test_evaluation_chooses_its_precision_from_its_own_forward_passes(monkeypatch):
     model = MiniGPT(small_config()).eval()
     cpu = torch.device("cpu")
-    assert precision_choice.choose_evaluation_precision(model, "bf16", 4, cpu) == {"configured": "bf16", "choice": "bf16"}
-    timing = precision_choice.choose_evaluation_precision(model, "auto", 4, cpu)  # real timing
+    assert precision.choose_evaluation_precision(model, "bf16", 4, cpu) == {"configured": "bf16", "choice": "bf16"}
+    timing = precision.choose_evaluation_precision(model, "auto", 4, cpu)  # real timing
     assert timing["choice"] in ("fp32", "bf16") and timing["fp32_tokens_per_s"] > 0
     force(monkeypatch, 1.0, 3.0)
-    assert precision_choice.choose_evaluation_precision(model, "auto", 4, cpu)["choice"] == "fp32"
+    assert precision.choose_evaluation_precision(model, "auto", 4, cpu)["choice"] == "fp32"

@@ -11,27 +11,27 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minigpt import batching, gate, optim, train_step
-from minigpt import model as model_module
-from minigpt import runtime as device_module
-from minigpt.checks import format_table
-from minigpt.config import load_params
-from minigpt.encoding import encode_splits
-from minigpt.gate import GateError, verify_gate
-from minigpt.io_utils import sha256_file
-from minigpt.model import MiniGPT
-from minigpt.preflight import suite
-from minigpt.preflight.suite import CHECKS, run_preflight
-from minigpt.tokenizer import CharTokenizer
-from minigpt.training import train
-from minigpt.watchdogs import WatchdogStop
-
 from helpers import REPO_ROOT
 from helpers.pipeline_fixture import recompose
 from helpers.planted_bugs import (
     lr_zero_after_warmup,
     zero_grad_between_backward_and_step,
 )
+from minigpt.core.config import load_params
+from minigpt.core.io_utils import sha256_file
+from minigpt.data import batching
+from minigpt.data.encode import encode_splits
+from minigpt.data.tokenizer import CharTokenizer
+from minigpt.model import devices as device_module
+from minigpt.model import gpt as model_module
+from minigpt.model.gpt import MiniGPT
+from minigpt.preflight import suite
+from minigpt.preflight.checks import format_table
+from minigpt.preflight.suite import CHECKS, run_preflight
+from minigpt.train import gate, optim, train_step
+from minigpt.train.gate import GateError, verify_gate
+from minigpt.train.loop import train
+from minigpt.train.watchdogs import WatchdogStop
 
 
 def statuses(report):

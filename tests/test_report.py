@@ -9,14 +9,13 @@ from html import escape
 
 import pytest
 
+from helpers import REPO_ROOT
+from helpers.browser import coloured_pixels, visit
+from helpers.pipeline_fixture import copy_project, recompose
 from minigpt.report.compare import compare_page, differing_params
 from minigpt.report.decision import DECISION_METRICS, DVC_METRICS, decision_metrics
 from minigpt.report.run_files import RunFiles, load_run, workspace_reader
 from minigpt.report.svg import Series, line_chart, log_ticks, nice_ticks
-
-from helpers import REPO_ROOT
-from helpers.browser import coloured_pixels, visit
-from helpers.pipeline_fixture import copy_project, recompose
 
 FAST = ["train.max_steps=40", "train.warmup_steps=5", "train.eval_every=10", "train.eval_batches=2",
         "train.sample_length=0", "generate.max_new_tokens=40"]

@@ -3,16 +3,15 @@ the report records the timings and the choice, the gate binds it, and train trai
 
 import pytest
 
-from minigpt import shape_choice
-from minigpt.config import load_params
-from minigpt.errors import ConfigError
-from minigpt.gate import GateError, verify_gate
-from minigpt.preflight.suite import run_preflight
-from minigpt.shape_choice import ShapeTiming, pick_shape
-from minigpt.training import train
-
 from helpers import REPO_ROOT
 from helpers.pipeline_fixture import recompose
+from minigpt.core.config import load_params
+from minigpt.core.errors import ConfigError
+from minigpt.preflight.suite import run_preflight
+from minigpt.train import shape_choice
+from minigpt.train.gate import GateError, verify_gate
+from minigpt.train.loop import train
+from minigpt.train.shape_choice import ShapeTiming, pick_shape
 
 SMALL, PRODUCTION = 832_000, 3_253_248  # the two budget shapes' parameters (wt2-mini vocabulary)
 
@@ -112,7 +111,7 @@ def test_training_without_the_gate_refuses_to_guess_a_shape(project):
 
 @pytest.mark.parametrize("preset", ["budget-72s", "budget-15m"])
 def test_budget_presets_choose_among_the_calibrated_shapes(tmp_path, preset):
-    from minigpt.compose import compose_params
+    from minigpt.core.compose import compose_params
 
     compose_params(tmp_path / "params.yaml", REPO_ROOT / "conf", [f"experiment={preset}"])
     params = load_params(tmp_path / "params.yaml")

@@ -7,13 +7,12 @@ import sys
 import pytest
 import torch
 
-from minigpt import thread_share
-from minigpt.errors import ConfigError
-from minigpt.run_control import process_start
-from minigpt.stage import stage_main
-from minigpt.thread_share import ThreadShare
-
 from helpers import REPO_ROOT
+from minigpt.core import thread_share
+from minigpt.core.errors import ConfigError
+from minigpt.core.processes import process_start
+from minigpt.core.stage import stage_main
+from minigpt.core.thread_share import ThreadShare
 
 
 @pytest.fixture

@@ -10,16 +10,15 @@ import time
 import pytest
 import torch
 
-from minigpt import eval_loop
-from minigpt.checkpoint import CheckpointError, load_checkpoint
-from minigpt.errors import MinigptError
-from minigpt.model import MiniGPT
-from minigpt.preflight.suite import run_preflight
-from minigpt.run_control import TrainingStopped
-from minigpt.training import TrainingDiverged, train
-
 from helpers import REPO_ROOT
 from helpers.pipeline_fixture import recompose
+from minigpt.core.errors import MinigptError
+from minigpt.model import batch_loss
+from minigpt.model.checkpoint import CheckpointError, load_checkpoint
+from minigpt.model.gpt import MiniGPT
+from minigpt.preflight.suite import run_preflight
+from minigpt.train.loop import TrainingDiverged, train
+from minigpt.train.run_control import TrainingStopped
 
 FAST = ["train.max_steps=40", "train.eval_every=10", "train.eval_batches=2", "train.sample_length=10"]
 
@@ -78,13 +77,13 @@ def test_every_evaluation_of_a_run_scores_the_same_validation_batches(project, m
     root, source = project
     params = recompose(root, source, FAST)
     seen = []
-    real = eval_loop.evaluate_model
+    real = batch_loss.evaluate_model
 
     def recording(model, val_batches, precision="fp32"):
         seen.append([(x.clone(), y.clone()) for x, y in val_batches])
         return real(model, val_batches, precision)
 
-    monkeypatch.setattr(eval_loop, "evaluate_model", recording)
+    monkeypatch.setattr(batch_loss, "evaluate_model", recording)
     train(params, root, require_gate=False, out=lambda _m: None)
     assert len(seen) == 4 and len(seen[0]) == params.train.eval_batches
     assert all(torch.equal(x, x0) and torch.equal(y, y0) for probe in seen[1:] for (x, y), (x0, y0) in zip(probe, seen[0]))
@@ -321,7 +320,7 @@ def test_a_stale_lock_and_half_written_temp_files_are_cleared(project):
 def test_a_checkpoint_write_that_fails_mid_run_names_the_path_and_keeps_the_last_good_one(project, monkeypatch):
     root, source = project
     params = recompose(root, source, FAST)
-    from minigpt import checkpoint as checkpoint_module
+    from minigpt.model import checkpoint as checkpoint_module
     real_save, calls = torch.save, []
 
     def disk_full_after_two(obj, path, *args, **kwargs):

@@ -6,14 +6,14 @@ import time
 import pytest
 import torch
 
-from minigpt import batching, optim, train_step
-from minigpt.config import load_params
-from minigpt.training import train
-from minigpt.watchdogs import LEVELS, Watchdogs, WatchdogStop
-
 from helpers import REPO_ROOT
 from helpers.params_edits import refusal
 from helpers.pipeline_fixture import recompose
+from minigpt.core.config import load_params
+from minigpt.data import batching
+from minigpt.train import optim, train_step
+from minigpt.train.loop import train
+from minigpt.train.watchdogs import LEVELS, Watchdogs, WatchdogStop
 
 FAST = ["train.max_steps=60", "train.eval_every=10", "train.eval_batches=2", "train.sample_length=10",
         "watch.window=20"]
@@ -249,7 +249,7 @@ def test_a_healthy_run_raises_no_warning_and_records_every_watchdog(project):
 def test_a_stop_at_an_eval_leaves_the_previous_checkpoint(project, monkeypatch):
     root, source = project
     params = recompose(root, source, FAST)
-    import minigpt.watchdogs as watchdogs
+    import minigpt.train.watchdogs as watchdogs
 
     def stop_at_step_30(self, step, val_loss, sample):
         if step == 30:

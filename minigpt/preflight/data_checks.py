@@ -10,16 +10,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from minigpt import batching
-from minigpt.checks import Check, CheckFailed, Context
-from minigpt.encoding import load_ids, load_meta
-from minigpt.errors import MinigptError
-from minigpt.io_utils import sha256_file
-from minigpt.paths import ENCODED_DIR, SPLITS, TOKENIZER_FILE, clean_split_path
-from minigpt.runtime import mps_available
-from minigpt.textstats import codepoints, from_codepoints
-from minigpt.tokenizer import CharTokenizer
-
+from minigpt.core.errors import MinigptError
+from minigpt.core.io_utils import sha256_file
+from minigpt.core.paths import ENCODED_DIR, SPLITS, TOKENIZER_FILE, clean_split_path
+from minigpt.data import batching
+from minigpt.data.encode import load_ids, load_meta
+from minigpt.data.textstats import codepoints, from_codepoints
+from minigpt.data.tokenizer import CharTokenizer
+from minigpt.model.devices import mps_available
+from minigpt.preflight.checks import Check, CheckFailed, Context
 
 STRETCH = 60  # characters of each split (and of a batch row) shown decoded in the report
 

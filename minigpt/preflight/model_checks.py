@@ -11,9 +11,10 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from minigpt import eval_loop, train_step
-from minigpt.checks import Check, CheckFailed, Context
-from minigpt.nonfinite import NonFiniteTracker
+from minigpt.model import batch_loss
+from minigpt.model.nonfinite import NonFiniteTracker
+from minigpt.preflight.checks import Check, CheckFailed, Context
+from minigpt.train import train_step
 
 CAUSAL_ATOL = 1e-5
 CAUSAL_GRAD_ATOL = 1e-10
@@ -158,7 +159,7 @@ def check_gradients(ctx: Context) -> dict:
         raise CheckFailed("no parameter requires grad: every parameter is frozen", measured)
     ctx.seed_all(3)
     with NonFiniteTracker(model) as tracker:
-        loss = eval_loop.calc_loss_batch(model, *ctx.batch, ctx.params.train.precision)
+        loss = batch_loss.calc_loss_batch(model, *ctx.batch, ctx.params.train.precision)
         loss.backward()
     missing = [n for n, p in trainable if p.grad is None]
     nonfinite = [n for n, p in trainable if p.grad is not None and not torch.isfinite(p.grad).all()]

@@ -18,11 +18,11 @@ import copy
 import math
 
 import numpy as np
-import torch
 import torch.nn as nn
 
-from minigpt import eval_loop, optim, train_step
-from minigpt.checks import Check, CheckFailed, Context
+from minigpt.model import batch_loss
+from minigpt.preflight.checks import Check, CheckFailed, Context
+from minigpt.train import optim, train_step
 
 # time fractions and steps at which a clock-limited run's schedule is evaluated
 TIME_GRID = 101
@@ -175,7 +175,7 @@ def _one_step(ctx: Context, grad_clip: float) -> dict:
     reference.train()
     reference.zero_grad(set_to_none=True)
     ctx.seed_all(8)
-    eval_loop.calc_loss_batch(reference, *ctx.batch, train.precision).backward()
+    batch_loss.calc_loss_batch(reference, *ctx.batch, train.precision).backward()
     expected = _global_norm(reference.parameters())
     model = copy.deepcopy(ctx.model)
     model.train()

@@ -3,7 +3,7 @@
 Each check isolates one assumption of the pipeline and either returns what it measured or raises CheckFailed
 with the measurement, the threshold and the likely causes (the debugging guide's symptom -> cause map).
 Checks whose prerequisites did not pass are reported as skipped, with the reason. The report is bound to the
-data, config and code it checked (minigpt.gate), which train verifies before it starts.
+data, config and code it checked (minigpt.train.gate), which train verifies before it starts.
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ from pathlib import Path
 
 import torch
 
-from minigpt import precision_choice, shape_choice
-from minigpt.checks import Check, CheckResult, Context, run_checks
-from minigpt.config import Params
-from minigpt.errors import MinigptError
-from minigpt.gate import current_fingerprints, gated_config
-from minigpt.io_utils import atomic_write_json, canonical_json_digest
-from minigpt.model import MiniGPTConfig
-from minigpt.paths import DEBUG_REPORT, TOKENIZER_FILE
+from minigpt.core.config import Params
+from minigpt.core.errors import MinigptError
+from minigpt.core.io_utils import atomic_write_json, canonical_json_digest
+from minigpt.core.paths import DEBUG_REPORT, TOKENIZER_FILE
+from minigpt.data.tokenizer import CharTokenizer
+from minigpt.model.devices import select_device
+from minigpt.model.gpt import MiniGPTConfig
 from minigpt.preflight import architecture_checks, data_checks, model_checks, step_checks, training_checks
-from minigpt.runtime import select_device
-from minigpt.tokenizer import CharTokenizer
+from minigpt.preflight.checks import Check, CheckResult, Context, run_checks
+from minigpt.train import precision_choice, shape_choice
+from minigpt.train.gate import current_fingerprints, gated_config
 
 SUMMARY_FIELDS = ("tokenizer_fingerprint", "vocab_size", "token_range", "batch_shape", "initial_loss",
                   "expected_initial_loss", "grad_norm", "missing_gradients", "frozen_parameters", "param_update_max",

@@ -1,4 +1,4 @@
-"""Preflight's rehearsal of the training run, through the run's own step (minigpt.train_step): its optimizer,
+"""Preflight's rehearsal of the training run, through the run's own step (minigpt.train.train_step): its optimizer,
 its LR schedule (warmup shortened to at most preflight.rehearsal_warmup_max steps), its precision, its
 clipping, on real train batches of preflight.batch_size windows.
 
@@ -17,12 +17,15 @@ import statistics
 import numpy as np
 import torch
 
-from minigpt import batching, code_binding, eval_loop, train_step
-from minigpt.checks import Check, CheckFailed, Context
-from minigpt.config import ModelConfig, load_model_conf
-from minigpt.model import MiniGPTConfig
-from minigpt.nonfinite import NonFiniteTracker
-from minigpt.paths import DEBUG_MODEL_CONF
+from minigpt.core import code_binding
+from minigpt.core.config import ModelConfig, load_model_conf
+from minigpt.core.paths import DEBUG_MODEL_CONF
+from minigpt.data import batching
+from minigpt.model import batch_loss
+from minigpt.model.gpt import MiniGPTConfig
+from minigpt.model.nonfinite import NonFiniteTracker
+from minigpt.preflight.checks import Check, CheckFailed, Context
+from minigpt.train import train_step
 
 # a rise must last this many steps (the running median's window is 2 * SUSTAIN - 1) to count as divergence:
 # one odd batch (a table of numbers, a run of rare characters) lifts a single step's loss by nats
@@ -72,7 +75,7 @@ def rehearse(ctx: Context) -> dict:
     log_p = unigram_log_probs(ctx.splits["train"], ctx.model_config.vocab_size)
     record = {"warmup_steps": warmup, "steps_at_peak": pre.rehearsal_steps, "batch_size": pre.batch_size,
               "precision": train.precision, "probe_batches": pre.probe_batches,
-              "probe_loss_before": eval_loop.evaluate_model(model, probes, train.precision),
+              "probe_loss_before": batch_loss.evaluate_model(model, probes, train.precision),
               "probe_unigram_loss": unigram_loss(probes, log_p), "unigram_entropy": unigram_entropy(log_p),
               "losses": [], "lrs": [],
               "failure": None}
@@ -92,7 +95,7 @@ def rehearse(ctx: Context) -> dict:
                 break
             record["losses"].append(result.loss)
     if record["failure"] is None:
-        record["probe_loss_after"] = eval_loop.evaluate_model(model, probes, train.precision)
+        record["probe_loss_after"] = batch_loss.evaluate_model(model, probes, train.precision)
     ctx.rehearsal = record
     return record
 
@@ -181,7 +184,7 @@ def overfit_run(ctx: Context, dropout: float) -> dict:
             failure = f"loss {result.loss} / gradient norm {result.grad_norm} at overfit step {step}"
             break
         losses.append(result.loss)
-    final = eval_loop.evaluate_model(model, [(inputs, targets)], train.precision)
+    final = batch_loss.evaluate_model(model, [(inputs, targets)], train.precision)
     reached = next((i for i, v in enumerate(losses) if v < pre.overfit_threshold), None)
     return {"dropout": dropout, "final_loss": final, "steps_to_threshold": reached,
             "loss_at": {str(i): round(losses[i], 4) for i in range(0, len(losses), max(1, len(losses) // 5))},

@@ -7,9 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from minigpt.errors import MinigptError
-from minigpt.io_utils import atomic_write_text
-from minigpt.paths import REPORT_HTML
+from minigpt.core.errors import MinigptError
+from minigpt.core.io_utils import atomic_write_text
+from minigpt.core.paths import REPORT_HTML
 
 
 def main(argv: list[str] | None = None) -> int:

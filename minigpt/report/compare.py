@@ -12,7 +12,7 @@ import sys
 from html import escape
 from pathlib import Path
 
-from minigpt.checks import report_from_log
+from minigpt.preflight.checks import report_from_log
 from minigpt.report.decision import DECISION_METRICS, decision_metrics
 from minigpt.report.html import fmt, page, table
 from minigpt.report.run_files import (

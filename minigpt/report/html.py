@@ -3,7 +3,6 @@ CSS, inline SVG, no script, no external resource), tables, and escaping of every
 
 from __future__ import annotations
 
-import json
 import math
 from html import escape
 

@@ -14,15 +14,15 @@ from typing import Callable
 
 import yaml
 
-from minigpt.config import DEFAULT_PARAMS
-from minigpt.paths import (
+from minigpt.core.config import DEFAULT_PARAMS
+from minigpt.core.paths import (
     DEBUG_REPORT,
     EVAL_REPORT,
     GENERATION_REPORT,
     TRAIN_LOG,
     TRAIN_SUMMARY,
 )
-from minigpt.run_log import parse_log
+from minigpt.train.run_log import parse_log
 
 PARAMS_FILE = DEFAULT_PARAMS
 WORKSPACE = "workspace"  # the run in the project folder itself (not a revision)

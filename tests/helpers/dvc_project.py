@@ -9,9 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from minigpt.compose import compose_params
-
 from helpers import REPO_ROOT
+from minigpt.core.compose import compose_params
 
 COPIED = ["dvc.yaml", "conf", "stages", "minigpt", ".dvc/config", ".dvcignore", ".gitignore"]
 

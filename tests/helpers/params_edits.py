@@ -2,10 +2,9 @@
 
 import yaml
 
-from minigpt.config import params_from_dict
-from minigpt.errors import ConfigError
-
 from helpers import REPO_ROOT
+from minigpt.core.config import params_from_dict
+from minigpt.core.errors import ConfigError
 
 
 def refusal(section: str, key: str, value) -> str:

@@ -7,10 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from minigpt.compose import compose_params
-from minigpt.config import load_params
-
 from helpers import REPO_ROOT
+from minigpt.core.compose import compose_params
+from minigpt.core.config import load_params
 
 DATA_STAGES = ("fetch", "clean", "tokenizer", "encode", "baselines")
 

@@ -3,7 +3,8 @@ each is a plausible mistake in the real step or schedule that preflight must ref
 
 import torch
 
-from minigpt import eval_loop, optim, train_step
+from minigpt.model import batch_loss
+from minigpt.train import optim, train_step
 
 REAL_COSINE = optim.cosine_with_warmup
 
@@ -12,7 +13,7 @@ def zero_grad_between_backward_and_step(model, optimizer, inputs, targets, lr, p
     """The real step with zero_grad moved after backward: the optimizer steps on no gradient (updates never land)."""
     for group in optimizer.param_groups:
         group["lr"] = lr
-    loss = eval_loop.calc_loss_batch(model, inputs, targets, precision)
+    loss = batch_loss.calc_loss_batch(model, inputs, targets, precision)
     loss.backward()
     optimizer.zero_grad(set_to_none=True)
     norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip))
@@ -46,7 +47,7 @@ def clip_over_the_last_layer_only(model, optimizer, inputs, targets, lr, precisi
     """The real step, clipping (and measuring) only the head's gradients instead of the whole model's."""
     for group in optimizer.param_groups:
         group["lr"] = lr
-    loss = eval_loop.calc_loss_batch(model, inputs, targets, precision)
+    loss = batch_loss.calc_loss_batch(model, inputs, targets, precision)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     norm = float(torch.nn.utils.clip_grad_norm_(list(model.parameters())[-1:], grad_clip))

@@ -2,10 +2,10 @@
 
 import torch
 
-from minigpt.batching import get_batch
-from minigpt.encoding import load_split
-from minigpt.model import MiniGPT, MiniGPTConfig
-from minigpt.tokenizer import CharTokenizer
+from minigpt.data.batching import get_batch
+from minigpt.data.encode import load_split
+from minigpt.data.tokenizer import CharTokenizer
+from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 
 
 def small_config(vocab=40, **overrides):

@@ -12,7 +12,8 @@ import random
 import zipfile
 from pathlib import Path
 
-from minigpt.fetch import SPLIT_FILES, Release
+from minigpt.core.paths import SPLIT_FILES
+from minigpt.data.fetch import Release
 
 WORDS = (
     "the of and in to a was is for on as by with at from his that which it were an are be first after "

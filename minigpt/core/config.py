@@ -1,0 +1,374 @@
+"""Typed schema for params.yaml (pydantic v2), validated before any stage does work.
+
+params.yaml is composed from conf/ by Hydra (via `dvc exp run` or `make params`); stages read it through
+`load_params`, which turns pydantic's errors into one line that names the key, what was wrong and what is
+allowed — e.g. `params.yaml: 'train.lr' = -0.001 is invalid; it must be > 0`. Every section is strict (no
+string-to-number coercion; an integer is accepted where a number is expected), frozen, and forbids unknown keys.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from minigpt.core.errors import ConfigError
+
+DEFAULT_PARAMS = "params.yaml"
+# generation costs one forward pass of up to block_size positions per character: a bound that still means minutes
+MAX_NEW_TOKENS = 100_000
+
+
+def _must(text: str, **constraints) -> Any:
+    """A constrained field; `text` is what the value must be, as the error message says it."""
+    return Field(description=text, **constraints)
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+
+class DataConfig(Section):
+    source: Literal["wikitext2", "local"]
+    path: Optional[str]
+    mirrors: list[str]
+    timeout_s: float = _must("> 0", gt=0)
+    attempts: int = _must(">= 1", ge=1)
+    retry_backoff_s: float = _must(">= 0", ge=0)
+
+    @model_validator(mode="after")
+    def _local_needs_a_path(self):
+        if self.source == "local" and not self.path:
+            raise ValueError("'data.path' is required with data=local; pass the directory or zip, e.g. "
+                             "dvc exp run -S data=local -S data.path=/abs/path/to/wikitext.")
+        return self
+
+
+class CleanConfig(Section):
+    unicode_form: Literal["NFC", "NFKC", "NFD", "NFKD", "none"]
+    min_char_count: int = _must(">= 1", ge=1)
+    placeholder: str = _must("exactly one character, not a newline")
+    detokenize_markup: bool
+
+    @field_validator("placeholder")
+    @classmethod
+    def _one_character(cls, value: str) -> str:
+        if len(value) != 1 or value == "\n":
+            raise ValueError("not one character")
+        return value
+
+
+class ModelConfig(Section):
+    block_size: int = _must(">= 1", ge=1)
+    embedding_dim: int = _must(">= 1", ge=1)
+    num_heads: int = _must(">= 1", ge=1)
+    num_layers: int = _must(">= 1", ge=1)
+    expansion_factor: int = _must(">= 1", ge=1)
+    dropout: float = _must("in [0, 1)", ge=0, lt=1)
+    # Options beyond the guide's MiniGPT (README "Model options"; tied embeddings and bias-free layers were measured
+    # and dropped there); the defaults build the guide's model, and a
+    # checkpoint written before these keys existed loads as that model.
+    # learned: a position embedding table; rotary: q and k rotated by their position (no table)
+    position: Literal["learned", "rotary"] = "learned"
+    # true: q and k RMS-normalised per head before attention (parameter-free)
+    qk_norm: bool = False
+    # gelu: fc -> GELU -> proj; relu2: fc -> ReLU squared -> proj; swiglu: SiLU(gate) * up -> proj, hidden width
+    # 2/3 of expansion_factor * embedding_dim (rounded up to a multiple of 32): about the same parameters
+    mlp: Literal["gelu", "relu2", "swiglu"] = "gelu"
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self):
+        if self.embedding_dim % self.num_heads:
+            divisors = [h for h in range(1, self.embedding_dim + 1) if self.embedding_dim % h == 0]
+            raise ValueError(
+                f"'model.embedding_dim' = {self.embedding_dim} is not divisible by 'model.num_heads' = "
+                f"{self.num_heads}; allowed num_heads for this width: {', '.join(map(str, divisors))}.")
+        if self.position == "rotary" and (self.embedding_dim // self.num_heads) % 2:
+            raise ValueError(
+                f"'model.position' = 'rotary' needs an even head width, but embedding_dim {self.embedding_dim} / "
+                f"num_heads {self.num_heads} = {self.embedding_dim // self.num_heads}; change num_heads or the width.")
+        return self
+
+
+class TrainConfig(Section):
+    max_steps: int = _must(">= 1", ge=1)
+    # a wall-clock budget for the loop (steps, periodic evals, checkpoints); null: max_steps alone decides
+    max_seconds: Optional[float] = _must("> 0 (or null for no time limit)", gt=0)
+    batch_size: int = _must(">= 1", ge=1)
+    lr: float = _must("> 0", gt=0)
+    min_lr: Optional[float] = _must(">= 0 (or null for 10% of lr)", ge=0)
+    warmup_steps: int = _must(">= 0", ge=0)
+    weight_decay: float = _must(">= 0", ge=0)
+    betas: list[Annotated[float, Field(ge=0, lt=1)]] = _must("two values in [0, 1)", min_length=2, max_length=2)
+    grad_clip: float = _must("> 0", gt=0)
+    eval_every: int = _must(">= 1", ge=1)
+    eval_batches: int = _must(">= 1", ge=1)
+    seed: int
+    sample_prompt: str = _must("a non-empty string", min_length=1)
+    sample_length: int = _must(">= 0", ge=0)
+    device: Literal["auto", "cpu", "cuda", "mps"]
+    # auto: preflight times fp32 and bf16 steps of this model and the run uses the faster (the gate binds it)
+    precision: Literal["fp32", "bf16", "auto"]
+    compile: bool
+    resume_from: Optional[str]
+    # adamw: AdamW for every parameter. muon: Muon (torch.optim.Muon, its update scaled to AdamW's RMS) for the
+    # blocks' matrices, AdamW for embeddings, head, gains and biases; both at the schedule's LR and weight_decay
+    optimizer: Literal["adamw", "muon"] = "adamw"
+
+    @model_validator(mode="after")
+    def _schedule_fits(self):
+        if self.min_lr is not None and self.min_lr > self.lr:
+            raise ValueError(f"'train.min_lr' = {self.min_lr} is above 'train.lr' = {self.lr}; it must be <= lr.")
+        if self.warmup_steps >= self.max_steps:
+            raise ValueError(f"'train.warmup_steps' = {self.warmup_steps} is not below 'train.max_steps' = "
+                             f"{self.max_steps}; the run would never reach its peak LR. Lower warmup_steps or raise max_steps.")
+        return self
+
+
+class PreflightConfig(Section):
+    seed: int
+    batch_size: int = _must(">= 1", ge=1)
+    initial_loss_tolerance: float = _must("> 0", gt=0)
+    rehearsal_warmup_max: int = _must(">= 0", ge=0)
+    rehearsal_steps: int = _must(">= 5 (one window of the running median)", ge=5)
+    probe_batches: int = _must(">= 1", ge=1)
+    lr_rise_tolerance: float = _must("> 0", gt=0)
+    learn_margin: float = _must(">= 0", ge=0)
+    overfit_steps: int = _must(">= 1", ge=1)
+    overfit_lr: float = _must("> 0", gt=0)
+    overfit_batch_size: int = _must(">= 1", ge=1)
+    overfit_threshold: float = _must("> 0", gt=0)
+
+
+class EvaluateConfig(Section):
+    stride: Optional[int] = _must(">= 1 and <= model.block_size (or null for block_size // 2)", ge=1)
+    batch_size: int = _must(">= 1", ge=1)
+    precision: Literal["fp32", "bf16", "auto"]
+    # dynamic evaluation (minigpt.evaluate.dynamic): a separate figure where the model learns on each split as it
+    # scores it; the static val/test bpc are unchanged by it
+    dynamic: bool
+    dynamic_lr: float = _must("> 0", gt=0)
+    dynamic_streams: int = _must(">= 1", ge=1)
+
+
+class WatchConfig(Section):
+    """The training loop's watchdogs (minigpt.train.watchdogs); README "Watchdogs" says how each was calibrated."""
+    lr_rtol: float = _must("> 0", gt=0)
+    dead_grad_steps: int = _must(">= 1", ge=1)
+    first_evals: int = _must(">= 2", ge=2)
+    val_margin: float = _must(">= 0", ge=0)
+    rising_evals: int = _must(">= 1", ge=1)
+    rise_tolerance: float = _must(">= 0", ge=0)
+    window: int = _must(">= 1", ge=1)
+    settle_steps: int = _must(">= 0", ge=0)
+    clip_share_max: float = _must("in [0, 1]", ge=0, le=1)
+    throughput_fraction: float = _must("in (0, 1]", gt=0, le=1)
+    max_repeat_share: float = _must("in [0, 1]", ge=0, le=1)
+    max_placeholder_share: float = _must("in [0, 1]", ge=0, le=1)
+
+
+class BaselinesConfig(Section):
+    # orders of the interpolated Kneser-Ney character n-grams (all counted in one pass)
+    ngram_orders: list[Annotated[int, Field(ge=1, le=16)]] = _must("a non-empty list of orders in [1, 16]", min_length=1)
+    discount: float = _must("in (0, 1]", gt=0, le=1)
+    # 0 leaves PPMd out of the ladder
+    ppmd_order: int = _must("0 (off) or in [2, 64]", ge=0, le=64)
+    ppmd_mem_mb: int = _must("between 1 and 2048", ge=1, le=2048)
+
+    @field_validator("ppmd_order")
+    @classmethod
+    def _ppmd_order_in_range(cls, value: int) -> int:
+        if value == 1:
+            raise ValueError("PPMd needs order >= 2")
+        return value
+
+
+class GenerateConfig(Section):
+    prompts: list[Annotated[str, Field(min_length=1)]] = _must("a non-empty list of non-empty prompts", min_length=1)
+    max_new_tokens: int = _must(f"between 1 and {MAX_NEW_TOKENS}", ge=1, le=MAX_NEW_TOKENS)
+    temperature: float = _must("> 0", gt=0)
+    top_k: Optional[int] = _must(">= 1 (or null for no limit)", ge=1)
+    top_p: float = _must("in (0, 1]", gt=0, le=1)
+    repetition_penalty: float = _must(">= 1 (1 disables it)", ge=1)
+    seed: int
+
+
+class ShapeConfig(Section):
+    """One shape a time-budgeted run may train: model keys and train keys that replace the composed ones."""
+    model: dict[str, Any] = Field(default_factory=dict)
+    train: dict[str, Any] = Field(default_factory=dict)
+
+
+class BudgetConfig(Section):
+    # true: preflight times each shape's training step on this machine and the run trains the one the rule picks
+    # (minigpt.train.shape_choice); false: the model and train sections as written
+    choose_shape: bool
+    min_tokens_per_parameter: float = _must("> 0", gt=0)
+    shapes: dict[str, ShapeConfig]
+
+
+class Params(Section):
+    data: DataConfig
+    model: ModelConfig
+    train: TrainConfig
+    watch: WatchConfig
+    clean: CleanConfig
+    preflight: PreflightConfig
+    evaluate: EvaluateConfig
+    baselines: BaselinesConfig
+    generate: GenerateConfig
+    budget: BudgetConfig
+
+    @model_validator(mode="after")
+    def _budget_has_a_clock(self):
+        if not self.budget.choose_shape:
+            return self
+        if self.train.max_seconds is None:
+            raise ValueError("'budget.choose_shape' is true but 'train.max_seconds' is null: the shape is chosen from "
+                             "the tokens this machine trains in that budget; set train.max_seconds (or use "
+                             "experiment=budget-72s / budget-15m).")
+        if not self.budget.shapes:
+            raise ValueError("'budget.choose_shape' is true but 'budget.shapes' is empty; list at least one shape to "
+                             "choose from.")
+        return self
+
+    @model_validator(mode="after")
+    def _stride_fits_the_window(self):
+        stride = self.evaluate.stride
+        if stride is not None and stride > self.model.block_size:
+            raise ValueError(f"'evaluate.stride' = {stride} exceeds 'model.block_size' = {self.model.block_size}; "
+                             "it must be between 1 and block_size (or null for block_size // 2).")
+        return self
+
+    def section_dict(self, name: str) -> dict[str, Any]:
+        return getattr(self, name).model_dump()
+
+    def with_train_precision(self, choice: str) -> "Params":
+        """These params with train.precision set to a resolved choice (fp32 or bf16) instead of auto."""
+        if self.train.precision == choice:
+            return self
+        return self.model_copy(update={"train": self.train.model_copy(update={"precision": choice})})
+
+    def with_shape(self, name: str, source: str = DEFAULT_PARAMS) -> "Params":
+        """These params with budget shape `name` applied (its model and train keys replace the composed ones)."""
+        shape = self.budget.shapes[name]
+        if "max_seconds" in shape.train:
+            raise ConfigError(f"{source}: 'budget.shapes.{name}.train.max_seconds' is not allowed: the budget is "
+                              "train.max_seconds of the run, the same for every shape.")
+        raw = self.model_dump()
+        raw["model"].update(shape.model)
+        raw["train"].update(shape.train)
+        return _validated(raw, f"{source}: budget.shapes.{name}")
+
+
+# pydantic error types that mean "right type, value out of its rule" (the rest mean a wrong type)
+_RULE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "too_short", "too_long",
+                "string_too_short", "string_too_long", "value_error"}
+
+
+def _type_name(tp) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return " or ".join(_type_name(a) for a in inner) + " or null"
+    if origin is Annotated:
+        return _type_name(typing.get_args(tp)[0])
+    if origin is list:
+        return f"a list (each item {_type_name(typing.get_args(tp)[0])})"
+    if isinstance(tp, type) and issubclass(tp, Section):
+        return f"a mapping with keys {', '.join(tp.model_fields)}"
+    return {int: "an integer", float: "a number", bool: "true/false", str: "a string"}.get(tp, str(tp))
+
+
+def _field_at(loc: tuple) -> tuple[type[Section], str] | None:
+    """The section class and field name that an error location (section, field, [index…]) points at."""
+    if len(loc) < 2 or loc[0] not in Params.model_fields:
+        return None
+    section = Params.model_fields[loc[0]].annotation
+    return (section, loc[1]) if loc[1] in section.model_fields else None
+
+
+def _explain(error: dict, raw: dict, source: str, prefix: str | None = None) -> str:
+    """One line for pydantic's first error, naming the key as `section.key` and showing its whole value.
+    prefix: the section name when one section was validated on its own."""
+    loc, kind = tuple(error["loc"]), error["type"]
+    if prefix is not None:
+        loc = (prefix, *loc)
+    if kind == "value_error" and len(loc) <= 1:  # a cross-field rule: its message names the keys itself
+        return f"{source}: {error['ctx']['error']}"
+    key = ".".join(str(part) for part in loc[:2])
+    if kind == "extra_forbidden":
+        if len(loc) == 1:
+            return f"{source}: unknown section '{loc[0]}'. Allowed sections: {', '.join(Params.model_fields)}."
+        allowed = ", ".join(Params.model_fields[loc[0]].annotation.model_fields)
+        return (f"{source}: unknown key '{key}'. Allowed keys in '{loc[0]}': {allowed}. "
+                "Fix the name in conf/ (or your -S override) and recompose params.yaml.")
+    if kind == "missing":
+        if len(loc) == 1:
+            return f"{source}: missing section '{loc[0]}'. Recompose params.yaml from conf/ (make params)."
+        section, name = _field_at(loc)
+        return (f"{source}: missing key '{key}' ({_type_name(section.model_fields[name].annotation)}). "
+                "Add it to conf/ and recompose params.yaml.")
+    if len(loc) == 1:
+        return f"{source}: '{loc[0]}' must be {_type_name(Params.model_fields[loc[0]].annotation)}; got {error['input']!r}."
+    section, name = _field_at(loc)
+    info = section.model_fields[name]
+    shown = repr(raw[loc[0]][name])  # the whole value, also when one item of a list is wrong
+    if kind in _RULE_ERRORS and info.description:
+        return f"{source}: '{key}' = {shown} is invalid; it must be {info.description}."
+    return f"{source}: '{key}' = {shown} has the wrong type or value; expected {_type_name(info.annotation)}."
+
+
+def _validated(raw: dict, source: str) -> Params:
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc.errors()[0], raw, source)) from None
+
+
+def params_from_dict(raw: Any, source: str = DEFAULT_PARAMS) -> Params:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping of sections, got {type(raw).__name__}.")
+    params = _validated(raw, source)
+    if params.budget.choose_shape:  # every shape must make a valid run, whichever the machine picks
+        for name in params.budget.shapes:
+            params.with_shape(name, source)
+    return params
+
+
+def _read_yaml(path: Path, fix: str) -> Any:
+    if not path.is_file():
+        raise ConfigError(f"{path}: not found. {fix}")
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc}). {fix}") from None
+
+
+def load_model_conf(path: str | Path) -> ModelConfig:
+    """One model preset of conf/model/ (e.g. the debug model preflight's overfit check trains)."""
+    path = Path(path)
+    raw = _read_yaml(path, "Restore it from git (git checkout -- conf/).")
+    try:
+        return ModelConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc.errors()[0], {"model": raw}, str(path), prefix="model")) from None
+
+
+def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
+    path = Path(path)
+    raw = _read_yaml(path, "Generate it from conf/ with `make params` (or run `dvc exp run`).")
+    return params_from_dict(raw, str(path))

@@ -1,0 +1,43 @@
+"""Where each pipeline artifact lives (relative to the repository root, as dvc.yaml declares them)."""
+
+from pathlib import Path
+
+RAW_DIR = Path("data/raw")
+# the released files of WikiText-2 raw, by split
+SPLIT_FILES = {"train": "wiki.train.raw", "val": "wiki.valid.raw", "test": "wiki.test.raw"}
+CLEAN_DIR = Path("data/clean")
+TOKENIZER_FILE = Path("data/tokenizer/char_tokenizer.json")
+ENCODED_DIR = Path("data/encoded")
+# the classical baselines of the encoded splits: depend on the data alone (DVC-cached, so a sweep never refits them)
+BASELINES_REPORT = Path("data/baselines/baselines.json")
+REPORTS_DIR = Path("reports")
+CLEAN_REPORT = REPORTS_DIR / "clean.json"
+DEBUG_REPORT = REPORTS_DIR / "debug_report.json"
+MODELS_DIR = Path("models")
+LATEST_CHECKPOINT = MODELS_DIR / "mini_gpt_latest.pt"
+BEST_CHECKPOINT = MODELS_DIR / "mini_gpt_best.pt"
+TRAIN_LOCK = MODELS_DIR / ".train.lock"  # held by the one trainer writing models/ and the run's reports
+TRAIN_LOG = REPORTS_DIR / "train_log.jsonl"
+TRAIN_SUMMARY = REPORTS_DIR / "train_summary.json"
+TRAIN_PLOT_CSV = REPORTS_DIR / "plots" / "train.csv"
+VAL_PLOT_CSV = REPORTS_DIR / "plots" / "val.csv"
+CURVES_PNG = REPORTS_DIR / "train_curves.png"
+EVAL_REPORT = REPORTS_DIR / "evaluation.json"
+GENERATION_REPORT = REPORTS_DIR / "generation.json"
+SAMPLES_MD = REPORTS_DIR / "samples.md"
+# the run's decision metrics (the only file DVC treats as metrics) and its offline page, written by `report`
+RUN_METRICS = REPORTS_DIR / "metrics.json"
+REPORT_HTML = REPORTS_DIR / "report.html"
+# read from the code's checkout (code_binding.CODE_ROOT), not from the run's folder: the overfit check's model
+DEBUG_MODEL_CONF = Path("conf/model/debug.yaml")
+
+
+def clean_split_path(split: str, clean_dir: Path = CLEAN_DIR) -> Path:
+    return clean_dir / f"{split}.txt"
+
+
+SPLITS = ("train", "val", "test")
+
+
+def raw_split_path(raw_dir: str | Path, split: str) -> Path:
+    return Path(raw_dir) / SPLIT_FILES[split]

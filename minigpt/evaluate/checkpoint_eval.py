@@ -1,0 +1,114 @@
+"""The evaluate stage: the best checkpoint scored on the full val and test splits (minigpt.evaluate.scoring: every target
+once, with at least block_size - stride tokens of context), placed on the baselines ladder; with
+evaluate.dynamic, a separate dynamic-evaluation figure (minigpt.evaluate.dynamic)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from minigpt.core.errors import DataError, MinigptError
+from minigpt.core.io_utils import read_json
+from minigpt.core.paths import BASELINES_REPORT, BEST_CHECKPOINT, ENCODED_DIR, TOKENIZER_FILE
+from minigpt.data.encode import load_ids, load_meta
+from minigpt.data.tokenizer import CharTokenizer
+from minigpt.evaluate.dynamic import LABEL as DYNAMIC_LABEL
+from minigpt.evaluate.dynamic import dynamic_score
+from minigpt.evaluate.scoring import score_split
+from minigpt.model.checkpoint import load_checkpoint, model_from_checkpoint, require_tokenizer
+from minigpt.model.devices import select_device
+from minigpt.model.precision import choose_evaluation_precision
+
+# ------------------------------------------------------------------------------------------- the stage
+
+MODEL_ROW = "this model"
+
+
+def load_baselines(root: Path) -> dict:
+    """The baselines stage's ladder, refused unless it was computed for exactly the encoded splits here."""
+    path = root / BASELINES_REPORT
+    ladder = read_json(path, missing="not found", invalid="not valid JSON", fix="run `dvc repro baselines`.",
+                       error=DataError)
+    meta = load_meta(root / ENCODED_DIR)
+    names = {r.get("name", "") for r in ladder.get("rows") or [] if isinstance(r, dict)} if isinstance(ladder, dict) else set()
+    if (not isinstance(ladder, dict) or not isinstance(ladder.get("data"), dict) or ladder.get("best_static") not in names
+            or not any(n.startswith("unigram") for n in names)):
+        raise DataError(f"{path}: not a baselines report (needs 'rows' with the unigram and the best static baseline, "
+                        "and 'data'); run `dvc repro baselines`.")
+    stale = [s for s, digest in ladder["data"].items() if meta["splits"].get(s, {}).get("sha256") != digest]
+    if stale:
+        raise DataError(f"{path}: computed for other data (encoded {', '.join(stale)} changed since); "
+                        "run `dvc repro baselines`.")
+    return ladder
+
+
+def compare_with_baselines(val: dict, test: dict, ladder: dict, path: str) -> dict:
+    """The ladder with the model's row placed by val bpc; refuses a model that does not beat the unigram."""
+    rows = {r["name"]: r for r in ladder["rows"]}
+    unigram = next(r for r in ladder["rows"] if r["name"].startswith("unigram"))
+    if not val["bpc"] < unigram["val"]["bpc"]:
+        raise MinigptError(
+            f"{path}: val {val['bpc']:.4f} bpc does not beat the unigram baseline's {unigram['val']['bpc']:.4f} bpc "
+            "(train character frequencies, the same targets). Likely causes: the weights were not loaded or not "
+            "trained, the tokenizer does not match the data, or the run stopped before it learned anything (too "
+            "few steps, LR far too low or high). Not reporting it as a metric.")
+    best = rows[ladder["best_static"]]
+    ngrams = [r for r in ladder["rows"] if "order" in r and r["kind"] == "static"]
+    best_ngram = min(ngrams, key=lambda r: r["val"]["bpc"]) if ngrams else None
+    model_row = {"name": MODEL_ROW, "kind": "model", "val": {"bpc": val["bpc"], "tokens": val["tokens"]},
+                 "test": {"bpc": test["bpc"], "tokens": test["tokens"]}}
+    return {
+        "rows": sorted(ladder["rows"] + [model_row], key=lambda r: -r["val"]["bpc"]),
+        "best_static": best["name"],
+        # negative: the model is better than every static baseline
+        "vs_best_static_bpc": val["bpc"] - best["val"]["bpc"],
+        "beats_ngram": None if best_ngram is None else val["bpc"] < best_ngram["val"]["bpc"],
+        "best_ngram": None if best_ngram is None else best_ngram["name"],
+    }
+
+
+def evaluate_checkpoint(params, root, checkpoint_path=None) -> dict:
+    """Score the best checkpoint on the full val and test splits; returns the report for reports/evaluation.json."""
+    root = Path(root)
+    path = Path(checkpoint_path) if checkpoint_path else root / BEST_CHECKPOINT
+    device = select_device(params.train.device)
+    checkpoint = load_checkpoint(path)
+    tokenizer = CharTokenizer.load(root / TOKENIZER_FILE)
+    require_tokenizer(checkpoint, tokenizer.fingerprint, str(path))
+    model = model_from_checkpoint(checkpoint, device, str(path))
+    block = model.config.block_size
+    stride = params.evaluate.stride or max(1, block // 2)
+    if stride > block:
+        raise MinigptError(f"'evaluate.stride' = {stride} exceeds the checkpoint's block_size {block}.")
+    # evaluate.precision auto: the faster forward pass of this model on this machine, timed here
+    precision = choose_evaluation_precision(model, params.evaluate.precision, params.evaluate.batch_size, device)
+    score = lambda ids: score_split(model, ids, stride, params.evaluate.batch_size, device, precision["choice"])  # noqa: E731
+    ladder = load_baselines(root)  # refused before any scoring when stale or missing
+    val_ids, test_ids = load_ids(root / ENCODED_DIR, "val"), load_ids(root / ENCODED_DIR, "test")
+    val, test = score(val_ids), score(test_ids)
+    # the same number of tokens from the start of train, to measure the generalisation gap
+    train_slice = score(load_ids(root / ENCODED_DIR, "train")[: len(val_ids)])
+    baseline = math.log(model.config.vocab_size)
+    baselines = compare_with_baselines(val, test, ladder, str(path))
+    report = {
+        "val": val,
+        "test": test,
+        "train_slice": train_slice,
+        "generalization_gap": val["loss"] - train_slice["loss"],
+        "baseline_log_v": baseline,
+        "baseline_bpc": baseline / math.log(2),
+        "baselines": baselines,
+        "stride": stride,
+        "min_context": block - stride + 1,
+        "precision": precision,
+        "best_step": checkpoint.get("best_step", checkpoint.get("step")),
+        "train_seconds": checkpoint.get("elapsed_s"),
+        "checkpoint": str(path),
+    }
+    settings = params.evaluate
+    if settings.dynamic:  # its own key and label: the static figures above are never changed by it
+        dynamic = lambda ids: dynamic_score(model, ids, stride, settings.dynamic_streams, settings.dynamic_lr,  # noqa: E731
+                                            device, precision["choice"])
+        report["dynamic"] = {"label": DYNAMIC_LABEL, "lr": settings.dynamic_lr, "val": dynamic(val_ids),
+                             "test": dynamic(test_ids)}
+    return report

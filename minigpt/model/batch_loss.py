@@ -1,0 +1,35 @@
+"""The loss of a batch and of a fixed set of validation batches: what training logs at every probe, what
+preflight's rehearsal measures, and what the doctor compares against log(vocab_size)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from minigpt.data import batching
+from minigpt.model import devices
+
+
+def calc_loss_batch(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, precision: str = "fp32") -> torch.Tensor:
+    with devices.autocast_for(inputs.device, precision):
+        _, loss = model(inputs, targets)
+    return loss
+
+
+@torch.no_grad()
+def evaluate_model(model: nn.Module, batches, precision: str = "fp32") -> float:
+    """Mean loss over fixed batches in eval mode (no dropout), the model's train/eval mode restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        losses = [float(calc_loss_batch(model, x, y, precision)) for x, y in batches]
+    finally:
+        model.train(was_training)
+    return sum(losses) / len(losses)
+
+
+def fixed_val_batches(val: torch.Tensor, count: int, batch_size: int, block_size: int, seed: int,
+                      device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The validation batches, sliced once from their own seed: identical at every probe and every run."""
+    gen = torch.Generator().manual_seed(seed + 1_000_003)
+    return [batching.get_batch(val, batch_size, block_size, device, gen) for _ in range(count)]

@@ -1,0 +1,439 @@
+"""The training loop: gated by preflight, measured every step, checkpointed atomically, resumable, NaN-guarded.
+
+Runs unchanged as a single process or under `torchrun --nproc_per_node=N stages/train.py` (DDP: gloo on CPU,
+nccl on GPU). With N processes each rank draws batch_size / N windows from its own random stream, so the
+effective batch (and therefore the LR) is the same as a single-process run; rank 0 alone logs, evaluates and
+checkpoints. The step itself is train_step.training_step, the one preflight rehearses.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from minigpt.core import thread_share
+from minigpt.core.code_binding import code_fingerprint
+from minigpt.core.config import Params
+from minigpt.core.errors import ConfigError, DataError, MinigptError
+from minigpt.core.io_utils import atomic_write_json, remove_stale_temp_files
+from minigpt.core.paths import (
+    BEST_CHECKPOINT,
+    ENCODED_DIR,
+    LATEST_CHECKPOINT,
+    MODELS_DIR,
+    TOKENIZER_FILE,
+    TRAIN_LOCK,
+    TRAIN_LOG,
+    TRAIN_SUMMARY,
+)
+from minigpt.data import batching
+from minigpt.data.encode import load_split
+from minigpt.data.tokenizer import CharTokenizer
+from minigpt.model import batch_loss
+from minigpt.model.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    load_state_strict,
+    save_checkpoint,
+)
+from minigpt.model.gpt import MiniGPT, MiniGPTConfig
+from minigpt.model.nonfinite import NonFiniteTracker
+from minigpt.train import distributed, shape_choice, train_step
+from minigpt.train.distributed import Dist
+from minigpt.train.gate import run_params, verify_gate
+from minigpt.train.precision_choice import choose_training_precision
+from minigpt.train.resume import (
+    find_resume_checkpoint,
+    restore_rng,
+    resume_fingerprint,
+    rng_states,
+)
+from minigpt.train.run_control import RunLock, StopRequest, TrainingStopped
+from minigpt.train.run_log import RunLog, history_for_resume, write_curves
+from minigpt.train.watchdogs import Watchdogs, WatchdogStop
+
+REBALANCE_EVERY = 25  # steps between two looks at how many minigpt processes share the cores
+
+
+class TrainingDiverged(MinigptError):
+    """A non-finite loss or gradient stopped training; the last good checkpoint is intact."""
+
+
+def generate_and_print_sample(model: MiniGPT, tokenizer: CharTokenizer, prompt: str, length: int,
+                              device: torch.device, seed: int = 0, out: Callable[[str], None] = print) -> str:
+    """Sample from a fixed prompt with its own generator (the training RNG is not touched)."""
+    ids = torch.as_tensor(tokenizer.encode(prompt), dtype=torch.long, device=device)[None, :]
+    gen = torch.Generator(device=device).manual_seed(seed)
+    text = tokenizer.decode(model.generate(ids, length, generator=gen)[0].tolist())
+    out(f"[sample] {text!r}")
+    return text
+
+
+def check_models_writable(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise MinigptError(f"{folder}/ is not writable ({exc.strerror}); checkpoints go there. "
+                           "Fix its permissions or free the path, then rerun.") from None
+
+
+@dataclass
+class Progress:
+    step: int = 0
+    best_val_loss: float = math.inf
+    best_step: int = 0
+    elapsed_s: float = 0.0
+    clipped_steps: int = 0
+    history: list[dict] = field(default_factory=list)
+    stopped_by: str = "max_steps"
+
+
+@dataclass
+class Run:
+    """What the loop's helpers share: the settings, the process, the model and optimizer, and the progress."""
+    params: Params
+    root: Path
+    ddp: Dist
+    device: torch.device
+    say: Callable[[str], None]
+    tokenizer: CharTokenizer
+    train_ids: torch.Tensor
+    val_ids: torch.Tensor
+    raw_model: nn.Module  # the plain MiniGPT: evaluated, clipped and saved
+    optimizer: torch.optim.Optimizer
+    batch_gen: torch.Generator
+    binding: dict  # the resume and code fingerprints that auto-resume requires to match
+    progress: Progress = field(default_factory=Progress)
+    model: nn.Module | None = None  # what trains: raw_model, compiled and/or DDP-wrapped
+    log: RunLog | None = None  # rank 0 only
+    resumed_from: int | None = None  # the checkpoint's step when this run continues one
+    watch: Watchdogs | None = None
+
+    @property
+    def cfg(self):
+        return self.params.train
+
+    def save_checkpoints(self, names: list[Path]) -> None:
+        """Checkpoints of the current step (every rank takes part: the batch samplers' states are gathered)."""
+        batch_rng = distributed.gather_generator_states(self.batch_gen, self.ddp)
+        if not self.ddp.main:
+            return
+        p = self.progress
+        state = dict(
+            optimizer_state_dict=self.optimizer.state_dict(), step=p.step, best_val_loss=p.best_val_loss,
+            best_step=p.best_step, elapsed_s=p.elapsed_s, clipped_steps=p.clipped_steps, rng=rng_states(),
+            batch_rng=batch_rng, train_config=self.cfg.model_dump(), **self.binding, **self.log.mark(),
+        )
+        for name in names:
+            save_checkpoint(self.root / name, self.raw_model, self.tokenizer.fingerprint, **state)
+
+
+def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
+          model_factory: Callable[[MiniGPTConfig], nn.Module] = MiniGPT, out: Callable[[str], None] = print) -> dict:
+    cfg = params.train
+    ddp = distributed.init_distributed(cfg.device)
+    say = out if ddp.main else (lambda _msg: None)
+    reference = None  # preflight's tokens/s for this run's step, the throughput watchdog's reference
+    if require_gate:
+        report = verify_gate(params, root)
+        params = run_params(params, report)  # the shape and precision preflight chose (and the gate binds)
+        if report.get("shape"):
+            say(f"[train] budget shape: {shape_choice.describe(report['shape'])}")
+        timing = report["precision"]
+        reference = timing.get(f"{params.train.precision}_tokens_per_s")
+        if timing.get("configured") == "auto":
+            how = (f"preflight timed fp32 {timing['fp32_tokens_per_s']:,.0f} and bf16 {timing['bf16_tokens_per_s']:,.0f} "
+                   "tokens/s on this machine") if "fp32_tokens_per_s" in timing else timing.get("reason", "")
+            say(f"[train] precision auto: {params.train.precision} ({how})")
+    elif params.budget.choose_shape:
+        raise ConfigError("budget.choose_shape is true: the shape is chosen by preflight's timings, so this run needs "
+                          "the gate (run preflight first), or set budget.choose_shape=false and a model.")
+    elif params.train.precision == "auto":
+        params = _choose_precision_ungated(params, root, ddp, say)
+    cfg = params.train
+    if cfg.batch_size % ddp.world:
+        raise ConfigError(f"'train.batch_size' = {cfg.batch_size} must be divisible by the {ddp.world} processes")
+    if ddp.main:
+        check_models_writable(root / MODELS_DIR)
+    # one trainer per folder: the lock is taken before the first write and released however the run ends
+    with (RunLock(root / TRAIN_LOCK) if ddp.main else nullcontext()), StopRequest() as stop:
+        if ddp.main:
+            for stale in remove_stale_temp_files(root / MODELS_DIR, "*.pt"):
+                say(f"[train] removed {stale}, left by a checkpoint write that was killed half-way")
+        run = _prepare(params, root, ddp, say, model_factory)
+        run.watch = Watchdogs(params.watch, params.train.grad_clip, params.clean.placeholder, reference, say)
+        return _loop(run, stop)
+
+
+def _choose_precision_ungated(params: Params, root: Path, ddp: Dist, say) -> Params:
+    """train.precision auto without a preflight report: time both here (every rank trains in bf16 if any chose it)."""
+    vocab = CharTokenizer.load(root / TOKENIZER_FILE).vocab_size
+    device = distributed.rank_device(params.train.device, ddp)
+    timing = choose_training_precision(params, vocab, device)
+    choice = "bf16" if distributed.any_rank(timing["choice"] == "bf16", ddp, device) else "fp32"
+    say(f"[train] precision auto: {choice} ({', '.join(f'{k} {v}' for k, v in timing.items() if k != 'configured')})")
+    return params.with_train_precision(choice)
+
+
+def _prepare(params: Params, root: Path, ddp: Dist, say, model_factory) -> Run:
+    """Data, model, optimizer and samplers seeded, then the checkpoint (if any) this run continues."""
+    cfg = params.train
+    device = distributed.rank_device(cfg.device, ddp)
+    tokenizer = CharTokenizer.load(root / TOKENIZER_FILE)
+    config = MiniGPTConfig.from_params(params.model, tokenizer.vocab_size)
+    splits = {split: load_split(root / ENCODED_DIR, split) for split in ("train", "val")}
+    for split, ids in splits.items():
+        if ids.numel() < config.block_size + 1:
+            raise DataError(f"{root / ENCODED_DIR / split}.npy: {ids.numel()} tokens, fewer than one window of "
+                            f"model.block_size + 1 = {config.block_size + 1}; use more text or a smaller block_size.")
+    fingerprint = resume_fingerprint(params, tokenizer.fingerprint, root)
+    code = code_fingerprint()
+    torch.manual_seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    random.seed(cfg.seed)
+    model = model_factory(config).to(device)
+    run = Run(params, root, ddp, device, say, tokenizer, splits["train"], splits["val"], model, train_step.make_optimizer(model, cfg),
+              torch.Generator().manual_seed(cfg.seed * 1000 + ddp.rank),  # different data on every rank
+              {"resume_fingerprint": fingerprint, "code_fingerprint": code})
+    checkpoint = find_resume_checkpoint(params, fingerprint, code, root, say)
+    if checkpoint is not None:
+        _continue_from(run, checkpoint)
+    run.model = torch.compile(model) if cfg.compile else model
+    if ddp.world > 1:
+        run.model = nn.parallel.DistributedDataParallel(run.model, device_ids=[device.index] if device.type == "cuda" else None)
+    if ddp.main:
+        run.log = RunLog(root / TRAIN_LOG, run.progress.history)
+    run.resumed_from = checkpoint["step"] if checkpoint else None
+    return run
+
+
+def _continue_from(run: Run, checkpoint: dict) -> None:
+    load_state_strict(run.raw_model, checkpoint, checkpoint["path"])
+    run.optimizer.load_state_dict(checkpoint["optimizer_state_dict"])  # moves state to the parameters' device
+    restore_rng(checkpoint["rng"])
+    if len(checkpoint["batch_rng"]) != run.ddp.world:
+        raise CheckpointError(f"{checkpoint['path']} was written by {len(checkpoint['batch_rng'])} process(es); "
+                              f"resume it with the same number (now {run.ddp.world}).")
+    run.batch_gen.set_state(checkpoint["batch_rng"][run.ddp.rank])
+    history = []
+    if run.ddp.main:
+        history = history_for_resume(run.root / TRAIN_LOG, checkpoint["step"], checkpoint.get("log_sha256"))
+        if history is None:
+            run.say(f"[train] {TRAIN_LOG} does not hold the steps of {checkpoint['path']} (deleted, or written by "
+                    f"another run); this run's log and curves start at step {checkpoint['step'] + 1}")
+            history = []
+    run.progress = Progress(checkpoint["step"], checkpoint["best_val_loss"], checkpoint["best_step"],
+                            checkpoint["elapsed_s"], checkpoint["clipped_steps"], history)
+    run.say(f"[train] resuming from {checkpoint['path']} at step {checkpoint['step']}")
+
+
+def _loop(run: Run, stop: StopRequest) -> dict:
+    cfg, ddp, progress, device, say = run.cfg, run.ddp, run.progress, run.device, run.say
+    block = run.params.model.block_size
+    val_batches = batch_loss.fixed_val_batches(run.val_ids, cfg.eval_batches, cfg.batch_size, block, cfg.seed, device)
+    per_rank_batch = cfg.batch_size // ddp.world
+    tokens_per_step = cfg.batch_size * block
+    budget = cfg.max_seconds
+    say(f"[train] {run.raw_model.num_parameters():,} parameters on {device} ({cfg.precision}, world {ddp.world}); "
+        f"steps {progress.step + 1}..{cfg.max_steps}{f' or {budget:g} s of wall clock' if budget else ''}, "
+        f"{tokens_per_step:,} tokens/step")
+    bar = _progress_bar(cfg.max_steps, progress.step, ddp.main)
+    report = _ConsoleReport(cfg.max_steps, budget, progress.elapsed_s)
+    run.model.train()
+    try:
+        for step in range(progress.step + 1, cfg.max_steps + 1):
+            if step % REBALANCE_EVERY == 1:
+                thread_share.rebalance()  # other minigpt processes started or ended: take this process's share
+            started = time.perf_counter()
+            lr = train_step.scheduled_lr(cfg, step, progress.elapsed_s / budget if budget else 0.0)
+            inputs, targets = batching.get_batch(run.train_ids, per_rank_batch, block, device, run.batch_gen)
+            # the pre-clip norm is identical on every rank after DDP's all-reduce, so all ranks stop together
+            result = train_step.training_step(run.model, run.optimizer, inputs, targets, lr, cfg.precision,
+                                              cfg.grad_clip, run.raw_model.parameters())
+            if not result.stepped:
+                _raise_diverged(run, step, result, inputs, targets)
+            progress.step = step
+            progress.clipped_steps += result.grad_norm > cfg.grad_clip
+            step_s = time.perf_counter() - started
+            progress.elapsed_s = distributed.agreed_clock(progress.elapsed_s + step_s, ddp, budget, device)
+            out_of_time = budget is not None and progress.elapsed_s >= budget
+            record = {"step": step, "train_loss": round(result.loss, 6), "lr": lr, "grad_norm": round(result.grad_norm, 6),
+                      "tokens_per_sec": round(tokens_per_step / step_s, 1), "elapsed_s": round(progress.elapsed_s, 3)}
+            _watch(run, record, lambda: run.watch.after_step(step, lr, run.optimizer, run.raw_model, result.grad_norm,
+                                                             result.loss, record["tokens_per_sec"]))
+            if step % cfg.eval_every == 0 or step == cfg.max_steps or out_of_time:
+                eval_started = time.perf_counter()
+                improved = _evaluate(run, record, val_batches) if ddp.main else False
+                # before this eval's checkpoints: a stop here leaves the previous ones
+                _watch(run, record, lambda: run.watch.after_eval(step, record["val_loss"], record.get("sample"))
+                       if ddp.main else [], agree=True)
+                _append(run, record)
+                run.save_checkpoints([BEST_CHECKPOINT, LATEST_CHECKPOINT] if improved else [LATEST_CHECKPOINT])
+                distributed.barrier(ddp)
+                # evaluation and checkpoints spend the budget too: the clock is the loop's wall clock (agreed
+                # again, or ranks would enter the next step with clocks a few microseconds apart, hence other LRs)
+                progress.elapsed_s = distributed.agreed_clock(progress.elapsed_s + time.perf_counter() - eval_started,
+                                                          ddp, budget, device)
+            else:
+                _append(run, record)
+            if distributed.any_rank(stop.requested, ddp, device):
+                run.save_checkpoints([LATEST_CHECKPOINT])
+                raise TrainingStopped(
+                    f"stopped at step {step} ({stop.reason}); {LATEST_CHECKPOINT} holds that step. Resume with `dvc "
+                    "repro` (or `python stages/train.py`): the run continues where it stopped, as if never interrupted.",
+                    stop.exit_code)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{result.loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{record['tokens_per_sec']:.0f}")
+            elif ddp.main and report.due(step, progress.elapsed_s, out_of_time):
+                say(f"[train] step {step}/{cfg.max_steps} ({progress.elapsed_s:.0f} s) loss {result.loss:.4f} "
+                    f"lr {lr:.2e} grad_norm {result.grad_norm:.3f} {record['tokens_per_sec']:.0f} tok/s")
+            if out_of_time:
+                progress.stopped_by = "max_seconds"
+                break
+    finally:
+        if bar is not None:
+            bar.close()
+        if run.log is not None:
+            run.log.close()
+    summary = _summary(run)
+    if ddp.main:
+        write_curves(progress.history, run.root)
+        atomic_write_json(run.root / TRAIN_SUMMARY, summary)
+        say(f"[train] done: best val loss {summary['best_val_loss']:.4f} at step {summary['best_step']}, "
+            f"{summary['tokens_per_sec_median']:.0f} tok/s, clipped {summary['clipped_fraction']:.1%} of steps, "
+            f"{summary['warnings']} watchdog warning(s)")
+    distributed.barrier(ddp)
+    return summary
+
+
+def _watch(run: Run, record: dict, check: Callable[[], list[dict]], agree: bool = False) -> None:
+    """The watchdogs' events into the step's record; a stop logs that record and ends the run with one line.
+    agree: the check ran on rank 0 alone, so every rank learns whether it stopped (the per-step checks see the
+    same LR and the same all-reduced gradients on every rank, so they agree by themselves)."""
+    stopped = None
+    try:
+        events = check()
+    except WatchdogStop as exc:
+        stopped, events = exc, [exc.event]
+    if events:
+        record.setdefault("watch", []).extend(events)
+    if agree:
+        if not distributed.any_rank(stopped is not None, run.ddp, run.device):
+            return
+        stopped = stopped or WatchdogStop(f"a watchdog on rank 0 stopped the run at step {record['step']}", {})
+    elif stopped is None:
+        return
+    _append(run, record)
+    raise WatchdogStop(f"{stopped}; {_kept(run)}. The run log has the step's record ('watch').", stopped.event)
+
+
+def _kept(run: Run) -> str:
+    latest = run.root / LATEST_CHECKPOINT
+    if latest.is_file():
+        return f"the last good checkpoint {latest} (step {_checkpoint_step(latest)}) is left intact"
+    return "no checkpoint was written yet"
+
+
+def _append(run: Run, record: dict) -> None:
+    """The step's record into the history and (rank 0) the log, before any checkpoint of that step is saved."""
+    run.progress.history.append(record)
+    if run.log is not None:
+        run.log.write(record)
+
+
+def _evaluate(run: Run, record: dict, val_batches) -> bool:
+    """Validation loss (and a sample) into the step's record; whether it is the best so far."""
+    cfg, progress = run.cfg, run.progress
+    val_loss = batch_loss.evaluate_model(run.raw_model, val_batches, cfg.precision)
+    record["val_loss"] = round(val_loss, 6)
+    if cfg.sample_length:
+        record["sample"] = generate_and_print_sample(run.raw_model, run.tokenizer, cfg.sample_prompt,
+                                                     cfg.sample_length, run.device, cfg.seed, run.say)
+    improved = val_loss < progress.best_val_loss
+    if improved:
+        progress.best_val_loss, progress.best_step = val_loss, progress.step
+    run.say(f"[train] step {progress.step}: val loss {val_loss:.4f}{' (best)' if improved else ''}")
+    return improved
+
+
+class _ConsoleReport:
+    """When to print a progress line without a terminal: every 5% of the steps or of the time budget."""
+
+    def __init__(self, max_steps: int, budget: float | None, elapsed_s: float):
+        self.max_steps, self.budget = max_steps, budget
+        self.every = max(1, max_steps // 20)
+        self.next_s = elapsed_s + (budget or math.inf) / 20
+
+    def due(self, step: int, elapsed_s: float, out_of_time: bool) -> bool:
+        if step % self.every and step != self.max_steps and not out_of_time and elapsed_s < self.next_s:
+            return False
+        self.next_s = elapsed_s + (self.budget or math.inf) / 20
+        return True
+
+
+def _raise_diverged(run: Run, step: int, result: train_step.StepResult, inputs, targets) -> None:
+    what = f"loss {result.loss}" if not math.isfinite(result.loss) else f"gradient norm {result.grad_norm}"
+    with NonFiniteTracker(run.raw_model) as tracker, torch.no_grad():
+        batch_loss.calc_loss_batch(run.raw_model, inputs, targets, run.cfg.precision)
+    bad_grads = [n for n, p in run.raw_model.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()]
+    where = f"first module with non-finite output: '{tracker.first}'" if tracker.first else (
+        "the forward pass is finite; non-finite gradients in: " + ", ".join(bad_grads[:8]))
+    raise TrainingDiverged(
+        f"non-finite {what} at step {step} (last finite step {step - 1}); {where}; {_kept(run)}. "
+        "Lower train.lr, check grad_clip and the data, then rerun (preflight's lr_stability tests the peak LR)."
+    )
+
+
+def _checkpoint_step(path: Path):
+    try:
+        return load_checkpoint(path)["step"]
+    except MinigptError:
+        return "?"
+
+
+def _progress_bar(total: int, done: int, main: bool):
+    if not (main and sys.stderr.isatty()):
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=done, unit="step", dynamic_ncols=True)
+
+
+def _summary(run: Run) -> dict:
+    progress, cfg = run.progress, run.cfg
+    rates = sorted(r["tokens_per_sec"] for r in progress.history) or [0.0]
+    return {
+        "steps": progress.step,
+        "final_train_loss": progress.history[-1]["train_loss"] if progress.history else None,
+        "best_val_loss": progress.best_val_loss,
+        "best_step": progress.best_step,
+        "train_seconds": round(progress.elapsed_s, 2),
+        "stopped_by": progress.stopped_by,
+        "max_seconds": cfg.max_seconds,
+        "tokens_per_sec_median": rates[len(rates) // 2],
+        "clipped_fraction": progress.clipped_steps / max(1, progress.step),
+        # this process's watchdogs (a resumed run's count from where it resumed)
+        "warnings": run.watch.summary()["warnings"] if run.watch else 0,
+        "watchdogs": run.watch.summary() if run.watch else None,
+        "resumed_from_step": run.resumed_from,
+        "parameters": run.raw_model.num_parameters(),
+        "model": run.params.section_dict("model"),  # the shape trained (budget.choose_shape may have picked it)
+        "device": str(run.device),
+        "precision": cfg.precision,
+        "world_size": run.ddp.world,
+    }

@@ -1,0 +1,61 @@
+"""`precision: auto`: measure on this machine which precision runs the configured model faster, and use it.
+
+bf16 autocast is about twice as fast as fp32 on a CPU with AMX, and slower than fp32 on small models of a CPU
+without it; the same preset cannot be right for both. So preflight times a few real training steps (the shared
+training step, the run's optimizer, the configured model and batch) in fp32 and in bf16, interleaved so that both
+see the same machine load (the rule of minigpt/model/precision.py), and picks the faster; the report records both
+figures and the choice, the gate binds the choice, and train uses exactly it. An explicit fp32 or bf16 is used as
+configured, without timing.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from minigpt.core.config import Params
+from minigpt.model import precision
+from minigpt.model.gpt import MiniGPT, MiniGPTConfig
+from minigpt.train import train_step
+
+
+def _time_training_steps(params: Params, vocab_size: int, device: torch.device,
+                         precisions: tuple[str, ...]) -> tuple[dict[str, float], int, list[int]]:
+    """Median seconds of one training step per precision (the run's step, optimizer, model and batch), the
+    model's parameter count and the batch shape."""
+    config = MiniGPTConfig.from_params(params.model, vocab_size)
+    torch.manual_seed(0)
+    model = MiniGPT(config).to(device)
+    optimizer = train_step.make_optimizer(model, params.train)
+    batch = [params.train.batch_size, config.block_size]
+    inputs, targets = precision.random_batch(vocab_size, *batch, device, seed=0)
+
+    def step(precision: str) -> None:
+        train_step.training_step(model, optimizer, inputs, targets, params.train.lr, precision, params.train.grad_clip)
+
+    return precision.interleaved_seconds(step, device, precisions), sum(p.numel() for p in model.parameters()), batch
+
+
+def measure_training(params: Params, vocab_size: int, device: torch.device) -> dict:
+    """How the run's precision is chosen, always timed (a fixed precision alone; under auto both, and the faster
+    wins), plus the chosen precision's training tokens/s and the model's parameter count (what a budget shape is
+    chosen by)."""
+    started = time.perf_counter()
+    fixed = precision.without_timing(params.train.precision, device)
+    precisions = (fixed["choice"],) if fixed is not None else precision.PRECISIONS
+    seconds, parameters, batch = _time_training_steps(params, vocab_size, device, precisions)
+    spent = time.perf_counter() - started
+    if fixed is None:
+        record = precision.decide("auto", batch[0] * batch[1], seconds, spent, batch)
+    else:
+        record = {**fixed, "batch": batch, "timed_rounds": precision.TIMED_ROUNDS, "seconds": round(spent, 2)}
+    record["tokens_per_s"] = round(batch[0] * batch[1] / seconds[record["choice"]], 1)
+    record["parameters"] = parameters
+    return record
+
+
+def choose_training_precision(params: Params, vocab_size: int, device: torch.device) -> dict:
+    """The precision the run trains in, and how it was chosen (both timings when train.precision is auto; an
+    explicit precision, or auto where bf16 cannot run, without timing)."""
+    return precision.without_timing(params.train.precision, device) or measure_training(params, vocab_size, device)

@@ -1,0 +1,76 @@
+"""`budget.choose_shape`: a time-budgeted run picks its model shape from what this machine trains in the budget.
+
+Which shape wins a fixed wall clock depends on the machine: a bigger model learns more per token but trains fewer
+tokens per second, and how many fewer depends on the CPU (bf16 is 2x fp32 with AMX and slower than fp32 on
+small models without it). So preflight times each candidate shape's training step here (in the precision the
+run would use: under precision auto, the faster of fp32 and bf16), and the rule below picks:
+
+    the largest shape (by parameters) that sees at least min_tokens_per_parameter tokens per parameter
+    in train.max_seconds at the measured tokens/s; if none does, the smallest.
+
+Calibrated on wt2-mini (README, "Budget shapes"): the production shape beat the small one in 15 minutes at 3.1
+tokens per parameter (an AMD EPYC with fast bf16) and lost to it at 1.6 (one whose bf16 is slow); at 72 s it lost
+at 0.27.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from minigpt.core.config import Params
+from minigpt.train.precision_choice import measure_training
+
+
+@dataclass(frozen=True)
+class ShapeTiming:
+    name: str
+    parameters: int
+    tokens_per_s: float
+
+
+def tokens_per_parameter(shape: ShapeTiming, budget_s: float) -> float:
+    return shape.tokens_per_s * budget_s / shape.parameters
+
+
+def pick_shape(shapes: list[ShapeTiming], budget_s: float, min_tokens_per_parameter: float) -> str:
+    """The rule: the largest shape that trains on >= min_tokens_per_parameter tokens per parameter in the budget,
+    else the smallest. Ties in size go to the faster shape."""
+    if not shapes:
+        raise ValueError("no shapes to choose from")
+    by_size = sorted(shapes, key=lambda s: (s.parameters, -s.tokens_per_s))
+    fitting = [s for s in by_size if tokens_per_parameter(s, budget_s) >= min_tokens_per_parameter]
+    return (fitting[-1] if fitting else by_size[0]).name
+
+
+def choose_shape(params: Params, vocab_size: int, device: torch.device) -> tuple[Params, dict | None, dict | None]:
+    """(params with the chosen shape applied, the shape record for the report, the chosen shape's precision
+    record); (params, None, None) unchanged when budget.choose_shape is off."""
+    budget = params.budget
+    if not budget.choose_shape:
+        return params, None, None
+    seconds = params.train.max_seconds
+    shaped = {name: params.with_shape(name) for name in budget.shapes}
+    measured = {name: measure_training(shape_params, vocab_size, device) for name, shape_params in shaped.items()}
+    timings = [ShapeTiming(name, m["parameters"], m["tokens_per_s"]) for name, m in measured.items()]
+    choice = pick_shape(timings, seconds, budget.min_tokens_per_parameter)
+    record = {
+        "choice": choice,
+        "budget_seconds": seconds,
+        "min_tokens_per_parameter": budget.min_tokens_per_parameter,
+        "shapes": {t.name: {"parameters": t.parameters, "tokens_per_s": t.tokens_per_s,
+                            "precision": measured[t.name]["choice"],
+                            "tokens_per_parameter": round(tokens_per_parameter(t, seconds), 3),
+                            "seconds": measured[t.name]["seconds"]} for t in timings},
+        "seconds": round(sum(m["seconds"] for m in measured.values()), 2),
+    }
+    return shaped[choice], record, measured[choice]
+
+
+def describe(record: dict) -> str:
+    """One line: every shape's measured tokens/s and tokens per parameter, and the choice."""
+    parts = [f"{name} {s['parameters']:,} parameters at {s['tokens_per_s']:,.0f} tokens/s ({s['precision']}) = "
+             f"{s['tokens_per_parameter']:.2f} tokens/parameter" for name, s in record["shapes"].items()]
+    return (f"{record['choice']} (in {record['budget_seconds']:g} s: {'; '.join(parts)}; rule: the largest with >= "
+            f"{record['min_tokens_per_parameter']:g}, else the smallest)")
