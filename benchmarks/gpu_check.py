@@ -21,10 +21,10 @@ from bench_common import flops_per_token  # noqa: E402  (also puts the repo on s
 from minigpt.core.config import load_params  # noqa: E402
 from minigpt.evaluate.checkpoint_eval import evaluate_checkpoint  # noqa: E402
 from minigpt.evaluate.generation import generate_samples  # noqa: E402
-from minigpt.model.batch_loss import calc_loss_batch  # noqa: E402
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig  # noqa: E402
 from minigpt.preflight.checks import format_table  # noqa: E402
 from minigpt.preflight.suite import run_preflight  # noqa: E402
+from minigpt.train import train_step  # noqa: E402
 from minigpt.train.loop import train  # noqa: E402
 from minigpt.train.optim import make_adamw  # noqa: E402
 
@@ -62,11 +62,8 @@ def throughput(config: MiniGPTConfig, device: str, batch: int, precision: str, c
     x = torch.randint(0, config.vocab_size, (batch, config.block_size), device=device)
     y = torch.randint(0, config.vocab_size, (batch, config.block_size), device=device)
 
-    def step():
-        loss = calc_loss_batch(run, x, y, precision)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+    def step():  # the project's training step
+        train_step.training_step(run, optimizer, x, y, 1e-3, precision, 1.0, model.parameters())
 
     for _ in range(5):
         step()
@@ -88,17 +85,15 @@ def continue_on_cpu(path: Path, params, steps: int = 3) -> dict:
     checkpoint = load_checkpoint(path)
     model = MiniGPT(MiniGPTConfig(**checkpoint["config"]))
     load_state_strict(model, checkpoint, path)
-    optimizer = make_adamw(model, params.train.lr, params.train.weight_decay, params.train.betas)
+    optimizer = train_step.make_optimizer(model, params.train)  # the run's optimizer (AdamW or Muon + AdamW)
     optimizer.load_state_dict(checkpoint["optimizer_state_dict"])
     devices = {str(v.device) for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)}
     data = load_split(path.parents[1] / "data/encoded", "train")
     losses = []
-    for _ in range(steps):
-        loss = calc_loss_batch(model, *get_batch(data, 8, model.config.block_size), "fp32")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        losses.append(round(float(loss), 4))
+    for step in range(checkpoint["step"] + 1, checkpoint["step"] + steps + 1):
+        result = train_step.training_step(model, optimizer, *get_batch(data, 8, model.config.block_size),
+                                          train_step.scheduled_lr(params.train, step), "fp32", params.train.grad_clip)
+        losses.append(round(result.loss, 4))
     return {"from_step": checkpoint["step"], "optimizer_state_devices": sorted(devices), "cpu_losses": losses}
 
 

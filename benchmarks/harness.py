@@ -47,9 +47,9 @@ from minigpt.data.clean import clean_splits  # noqa: E402
 from minigpt.data.tokenizer import CharTokenizer  # noqa: E402
 from minigpt.evaluate.scoring import score_split  # noqa: E402
 from minigpt.model import gpt as model_module  # noqa: E402
-from minigpt.model.batch_loss import calc_loss_batch  # noqa: E402
 from minigpt.model.gpt import MiniGPT  # noqa: E402
 from minigpt.preflight.suite import run_preflight  # noqa: E402
+from minigpt.train import train_step  # noqa: E402
 from minigpt.train.loop import train  # noqa: E402
 from minigpt.train.optim import build_param_groups  # noqa: E402
 
@@ -117,11 +117,9 @@ class Variant:
         if self.baseline:
             model_module.causal_attention = manual_causal_attention
         try:
-            for _ in range(count):
-                loss = calc_loss_batch(self.run, self.x, self.y, self.precision)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                self.optimizer.step()
+            for _ in range(count):  # the project's training step (clipped at 1.0), with this variant's parts
+                train_step.training_step(self.run, self.optimizer, self.x, self.y, 1e-3, self.precision, 1.0,
+                                         self.model.parameters())
         finally:
             model_module.causal_attention = real
 

@@ -35,14 +35,13 @@ from minigpt.preflight.checks import Context, run_checks  # noqa: E402
 from minigpt.preflight.suite import CHECKS  # noqa: E402
 from minigpt.preflight.training_checks import running_median  # noqa: E402
 from minigpt.train import (
-    optim,  # noqa: E402
     train_step,
 )
 
 PRESETS = {"debug": ["experiment=debug"], "production": [], "budget-72s": ["experiment=budget-72s"],
            "budget-15m": ["experiment=budget-15m"]}
 # the budget presets train the shape preflight picks on the machine; these are the ones the rule picked on the
-# calibration machines (README, "Budget shapes"), checked here without timing
+# calibration machines (docs/data-and-config.md, "Budget shapes"), checked here without timing
 BUDGET_SHAPE = {"budget-72s": "small", "budget-15m": "production"}
 REHEARSAL = ("lr_stability", "rehearsal_learns")
 PREREQUISITES = {"files", "tokenizer", "token_ids"}
@@ -58,7 +57,7 @@ def planted(name: str | None):
         yield
         return
     what, fn = BROKEN[name]
-    module, attr = (train_step, "training_step") if what == "training_step" else (optim, "cosine_with_warmup")
+    module, attr = (train_step, "training_step") if what == "training_step" else (train_step, "cosine_with_warmup")
     real = getattr(module, attr)
     setattr(module, attr, fn)
     try:

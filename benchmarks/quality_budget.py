@@ -52,7 +52,7 @@ REFERENCE = ["model.num_layers=4", "model.num_heads=4", "model.embedding_dim=128
 CLOCKED = ["train.max_steps=1000000"]
 # the budget shape the rule did not pick on the calibration machines, forced: the other shape removed from
 # budget.shapes, so preflight times and trains the one left, exactly as conf/config.yaml defines it (the other side
-# of the rule's calibration, README "Budget shapes")
+# of the rule's calibration, docs/data-and-config.md, "Budget shapes")
 ONLY_PRODUCTION = ["~budget.shapes.small"]
 ONLY_SMALL = ["~budget.shapes.production"]
 # the presets' rows also report dynamic evaluation (a separate column, never the val bpc)

@@ -1,4 +1,4 @@
-"""The README's Architecture section is the layering, and the code keeps it: the library is one package per
+"""docs/architecture.md's Architecture section is the layering, and the code keeps it: the library is one package per
 stage, each package a layer; every minigpt module is listed once, under its own package, and no module imports a
 module of a package listed after its own (the stage scripts sit on top of them all)."""
 
@@ -11,9 +11,9 @@ PACKAGE = REPO_ROOT / "minigpt"
 
 
 def readme_layers() -> dict[str, int]:
-    """module path -> layer number, from the README's '## Architecture' section ('### N. `minigpt/pkg/` …' headings,
+    """module path -> layer number, from docs/architecture.md's '## Architecture' section ('### N. `minigpt/pkg/` …' headings,
     the package's modules listed under them)."""
-    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    text = (REPO_ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     section = text.split("\n## Architecture\n", 1)[1].split("\n## ", 1)[0]
     layers, layer, package = {}, None, None
     for line in section.splitlines():
@@ -22,7 +22,7 @@ def readme_layers() -> dict[str, int]:
             layer, package = int(heading.group(1)), heading.group(2)
         elif line.startswith("- ") and layer is not None:
             for name in re.findall(r"`(minigpt/[\w/]+\.py)`", line.split(" — ", 1)[0]):
-                assert name not in layers, f"{name} is listed twice in the README's Architecture section"
+                assert name not in layers, f"{name} is listed twice in docs/architecture.md's Architecture section"
                 assert name.startswith(package), f"{name} is listed under {package}, which does not hold it"
                 layers[name] = layer
     return layers
@@ -60,8 +60,8 @@ def test_the_library_is_packages_only():
 
 def test_every_module_is_in_exactly_one_layer_of_the_readme():
     layers = readme_layers()
-    assert set(modules()) - set(layers) == set(), "modules missing from the README's Architecture section"
-    assert set(layers) - set(modules()) == set(), "the README's Architecture section lists modules that do not exist"
+    assert set(modules()) - set(layers) == set(), "modules missing from docs/architecture.md's Architecture section"
+    assert set(layers) - set(modules()) == set(), "docs/architecture.md's Architecture section lists modules that do not exist"
 
 
 def test_no_module_imports_a_module_above_it():
@@ -77,3 +77,29 @@ def test_the_layering_check_sees_an_upward_import(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("def f():\n    from minigpt.train.loop import train\n")
     assert "minigpt/train/loop.py" in minigpt_imports(probe) and layers["minigpt/train/loop.py"] > layers["minigpt/model/gpt.py"]
+
+
+def lr_writers(path) -> bool:
+    """Whether the file assigns something["lr"] (an optimizer group's learning rate)."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+        for target in targets:
+            if isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant) and target.slice.value == "lr":
+                return True
+    return False
+
+
+def test_the_lr_is_computed_and_applied_in_one_module():
+    """train.lr reaches the optimizer through minigpt/train/train_step.py alone: nothing else writes a group's LR
+    or calls the schedule's formula."""
+    writers = [name for name in modules() if lr_writers(REPO_ROOT / name)]
+    assert writers == ["minigpt/train/train_step.py"]
+    formula = [name for name in modules() if name != "minigpt/train/train_step.py"
+               and re.search(r"\bcosine_with_warmup\(", (REPO_ROOT / name).read_text(encoding="utf-8"))]
+    assert formula == []
+
+
+def test_the_lr_check_sees_a_second_writer(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f(opt):\n    for g in opt.param_groups:\n        g['lr'] = 0.1\n")
+    assert lr_writers(probe)

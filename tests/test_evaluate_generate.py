@@ -22,11 +22,11 @@ from minigpt.data.textstats import (
 )
 from minigpt.data.tokenizer import CharTokenizer
 from minigpt.evaluate.generation import main as generate_main
-from minigpt.evaluate.generation import prepare_prompt, sample_chunks, sample_text
+from minigpt.evaluate.generation import prepare_prompt
 from minigpt.evaluate.scoring import score_split, window_plan
 from minigpt.model.checkpoint import save_checkpoint
 from minigpt.model.gpt import MiniGPT
-from minigpt.model.sampling import SamplingSettings, next_token_logits
+from minigpt.model.sampling import SamplingSettings, next_token_logits, sample_chunks, sample_text
 
 
 @pytest.mark.parametrize("n,block,stride", [(2, 8, 4), (9, 8, 8), (100, 8, 4), (101, 8, 3), (57, 16, 1), (20, 16, 16)])

@@ -4,7 +4,8 @@ import pytest
 
 from helpers.tiny_models import small_config
 from minigpt.model.gpt import MiniGPT
-from minigpt.train.optim import build_param_groups, cosine_with_warmup, make_adamw
+from minigpt.train.optim import build_param_groups, make_adamw
+from minigpt.train.train_step import cosine_with_warmup
 
 
 def test_decay_split_puts_every_parameter_in_exactly_one_group():

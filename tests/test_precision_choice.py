@@ -50,7 +50,7 @@ def test_train_runs_in_exactly_the_precision_preflight_chose(project, monkeypatc
     messages = []
     summary = train(params, root, out=messages.append)
     assert summary["precision"] == expected
-    assert any(m.startswith(f"[train] precision auto: {expected} (preflight timed") for m in messages)
+    assert any(m.startswith(f"[train] precision auto: {expected} (preflight's choice; auto: fp32 ") for m in messages)
 
 
 def test_an_explicit_precision_is_used_as_configured_without_timing(project, monkeypatch):

@@ -41,7 +41,7 @@ def test_the_correct_step_passes_the_contract_checks(project, overrides):
 def test_a_schedule_whose_tail_is_wrong_fails_lr_schedule_alone(project, monkeypatch):
     root, source = project
     params = recompose(root, source, [])
-    monkeypatch.setattr(optim, "cosine_with_warmup", lr_tail_at_zero)
+    monkeypatch.setattr(train_step, "cosine_with_warmup", lr_tail_at_zero)
     report = run_preflight(params, root)
     assert failed(report) == ["lr_schedule"], "the rehearsal's 60 steps never reach the tail: only this check sees it"
     message = check(report, "lr_schedule")["message"]
@@ -52,8 +52,8 @@ def test_a_schedule_whose_tail_is_wrong_fails_lr_schedule_alone(project, monkeyp
 def test_a_schedule_that_ignores_the_clock_fails_lr_schedule(project, monkeypatch):
     root, source = project
     params = recompose(root, source, ["train.max_seconds=30"])
-    real = optim.cosine_with_warmup
-    monkeypatch.setattr(optim, "cosine_with_warmup",
+    real = train_step.cosine_with_warmup
+    monkeypatch.setattr(train_step, "cosine_with_warmup",
                         lambda step, warmup, total, peak, floor=None, time_fraction=0.0: real(step, warmup, total, peak, floor))
     report = run_preflight(params, root)
     assert failed(report) == ["lr_schedule"]

@@ -11,7 +11,7 @@ from helpers.params_edits import refusal
 from helpers.pipeline_fixture import recompose
 from minigpt.core.config import load_params
 from minigpt.data import batching
-from minigpt.train import optim, train_step
+from minigpt.train import train_step
 from minigpt.train.loop import train
 from minigpt.train.watchdogs import LEVELS, Watchdogs, WatchdogStop
 
@@ -172,9 +172,9 @@ def scaled_forward(model):
 def test_a_loss_that_stops_improving_warns(project, monkeypatch):
     root, source = project
     params = recompose(root, source, FAST)
-    real = optim.cosine_with_warmup
+    real = train_step.cosine_with_warmup
     # the LR at 0 from step 11 on (the applied LR follows the schedule, so only the loss tells)
-    monkeypatch.setattr(optim, "cosine_with_warmup", lambda step, *a, **k: real(step, *a, **k) if step <= 10 else 0.0)
+    monkeypatch.setattr(train_step, "cosine_with_warmup", lambda step, *a, **k: real(step, *a, **k) if step <= 10 else 0.0)
     messages = []
     summary = train(params, root, require_gate=False, out=messages.append)
     checks = summary["watchdogs"]["checks"]
@@ -186,9 +186,9 @@ def test_a_loss_that_stops_improving_warns(project, monkeypatch):
 def test_a_loss_that_rises_for_several_evals_stops_as_diverging(project, monkeypatch):
     root, source = project
     params = recompose(root, source, FAST + ["train.max_steps=200", "watch.rising_evals=2"])
-    real = optim.cosine_with_warmup
+    real = train_step.cosine_with_warmup
     # after step 60 the LR climbs far above anything this model tolerates (clipping keeps it finite)
-    monkeypatch.setattr(optim, "cosine_with_warmup",
+    monkeypatch.setattr(train_step, "cosine_with_warmup",
                         lambda step, *a, **k: real(step, *a, **k) if step <= 60 else 0.003 * 1.08 ** (step - 60))
     with pytest.raises(WatchdogStop) as info:
         train(params, root, require_gate=False, out=lambda _m: None)
@@ -279,7 +279,7 @@ def test_the_pages_show_warnings_and_stops(project, monkeypatch):
 
     (root / "reports/train_summary.json").unlink()
     (root / "models/mini_gpt_latest.pt").unlink()
-    monkeypatch.setattr(optim, "cosine_with_warmup", lambda *a, **k: float("nan") if a[0] == 5 else 1e-3)
+    monkeypatch.setattr(train_step, "cosine_with_warmup", lambda *a, **k: float("nan") if a[0] == 5 else 1e-3)
     real = train_step.training_step
     monkeypatch.setattr(train_step, "training_step",
                         lambda m, o, x, y, lr, *a, **k: real(m, o, x, y, lr if lr == lr else 1e-3, *a, **k))

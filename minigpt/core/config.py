@@ -76,7 +76,7 @@ class ModelConfig(Section):
     num_layers: int = _must(">= 1", ge=1)
     expansion_factor: int = _must(">= 1", ge=1)
     dropout: float = _must("in [0, 1)", ge=0, lt=1)
-    # Options beyond the guide's MiniGPT (README "Model options"; tied embeddings and bias-free layers were measured
+    # Options beyond the guide's MiniGPT (docs/data-and-config.md, "Model options"; tied embeddings and bias-free layers were measured
     # and dropped there); the defaults build the guide's model, and a
     # checkpoint written before these keys existed loads as that model.
     # learned: a position embedding table; rotary: q and k rotated by their position (no table)
@@ -163,7 +163,7 @@ class EvaluateConfig(Section):
 
 
 class WatchConfig(Section):
-    """The training loop's watchdogs (minigpt.train.watchdogs); README "Watchdogs" says how each was calibrated."""
+    """The training loop's watchdogs (minigpt.train.watchdogs); docs/preflight.md, "Watchdogs" says how each was calibrated."""
     lr_rtol: float = _must("> 0", gt=0)
     dead_grad_steps: int = _must(">= 1", ge=1)
     first_evals: int = _must(">= 2", ge=2)

@@ -22,11 +22,22 @@ def encode_splits(texts: dict[str, str], tokenizer: CharTokenizer, out_dir: str 
     with atomic_directory(out_dir) as tmp:
         for split in SPLITS:
             ids = tokenizer.encode(texts[split]).astype(dtype, copy=False)
-            file = tmp / f"{split}.npy"
+            file = split_file(tmp, split)
             np.save(file, ids, allow_pickle=False)
             meta["splits"][split] = {"file": file.name, "length": int(ids.size), "sha256": sha256_file(file)}
         atomic_write_json(tmp / META_NAME, meta)
     return meta
+
+
+def split_file(encoded_dir: str | Path, split: str) -> Path:
+    return Path(encoded_dir) / f"{split}.npy"
+
+
+def split_hashes(encoded_dir: str | Path, splits=SPLITS) -> dict[str, str | None]:
+    """Each split's array SHA-256 (None where the file is missing): what meta.json, the preflight report and a
+    checkpoint's resume fingerprint bind."""
+    files = {split: split_file(encoded_dir, split) for split in splits}
+    return {split: sha256_file(file) if file.is_file() else None for split, file in files.items()}
 
 
 def load_meta(encoded_dir: str | Path) -> dict:
@@ -46,7 +57,7 @@ def load_meta(encoded_dir: str | Path) -> dict:
 
 def load_ids(encoded_dir: str | Path, split: str) -> np.ndarray:
     """A split's IDs as a read-only memory map (never unpickled)."""
-    path = Path(encoded_dir) / f"{split}.npy"
+    path = split_file(encoded_dir, split)
     try:
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except FileNotFoundError:

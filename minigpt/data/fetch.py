@@ -44,7 +44,7 @@ class Release:
     members: dict[str, tuple[str, int]] = field(default_factory=dict)
 
 
-# Published values for wikitext-2-raw-v1 (README, "Data"; the sizes and SHA-256 of the official release).
+# Published values for wikitext-2-raw-v1 (docs/data-and-config.md, "Data"; the sizes and SHA-256 of the official release).
 WIKITEXT2_RAW = Release(
     name="wikitext-2-raw-v1",
     archive_sha256="ef7edb566e3e2b2d31b29c1fdb0c89a4cc683597484c3dc2517919c615435a11",

@@ -11,11 +11,10 @@ from minigpt.core.errors import DataError, MinigptError
 from minigpt.core.io_utils import read_json
 from minigpt.core.paths import BASELINES_REPORT, BEST_CHECKPOINT, ENCODED_DIR, TOKENIZER_FILE
 from minigpt.data.encode import load_ids, load_meta
-from minigpt.data.tokenizer import CharTokenizer
 from minigpt.evaluate.dynamic import LABEL as DYNAMIC_LABEL
 from minigpt.evaluate.dynamic import dynamic_score
 from minigpt.evaluate.scoring import score_split
-from minigpt.model.checkpoint import load_checkpoint, model_from_checkpoint, require_tokenizer
+from minigpt.model.checkpoint import load_trained_model
 from minigpt.model.devices import select_device
 from minigpt.model.precision import choose_evaluation_precision
 
@@ -72,10 +71,7 @@ def evaluate_checkpoint(params, root, checkpoint_path=None) -> dict:
     root = Path(root)
     path = Path(checkpoint_path) if checkpoint_path else root / BEST_CHECKPOINT
     device = select_device(params.train.device)
-    checkpoint = load_checkpoint(path)
-    tokenizer = CharTokenizer.load(root / TOKENIZER_FILE)
-    require_tokenizer(checkpoint, tokenizer.fingerprint, str(path))
-    model = model_from_checkpoint(checkpoint, device, str(path))
+    model, _tokenizer, checkpoint = load_trained_model(path, root / TOKENIZER_FILE, device)
     block = model.config.block_size
     stride = params.evaluate.stride or max(1, block // 2)
     if stride > block:

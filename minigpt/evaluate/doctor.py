@@ -15,9 +15,8 @@ from minigpt.core.config import DEFAULT_PARAMS, load_params
 from minigpt.core.errors import MinigptError
 from minigpt.core.paths import TOKENIZER_FILE
 from minigpt.data import batching
-from minigpt.data.tokenizer import CharTokenizer
 from minigpt.model.batch_loss import evaluate_model
-from minigpt.model.checkpoint import load_checkpoint, model_from_checkpoint, require_tokenizer
+from minigpt.model.checkpoint import load_trained_model
 from minigpt.model.devices import select_device
 from minigpt.preflight.checks import Check, CheckFailed, Context, format_table, run_checks
 from minigpt.preflight.suite import CHECKS
@@ -55,10 +54,7 @@ TRAINED_LOSS = Check("trained_loss", check_trained_loss, ("forward_shapes",),
 def diagnose(checkpoint_path: Path, params_path: Path = Path(DEFAULT_PARAMS), root: Path = Path(".")) -> list[dict]:
     params = load_params(params_path)
     device = select_device(params.train.device)
-    checkpoint = load_checkpoint(checkpoint_path, map_location="cpu")
-    tokenizer = CharTokenizer.load(root / TOKENIZER_FILE)
-    require_tokenizer(checkpoint, tokenizer.fingerprint, str(checkpoint_path))
-    model = model_from_checkpoint(checkpoint, device, str(checkpoint_path))
+    model = load_trained_model(checkpoint_path, root / TOKENIZER_FILE, device).model
     ctx = Context(params=params, root=root, device=device, model_config=model.config,
                   model_factory=lambda _config: copy.deepcopy(model))
     checks = tuple(c for c in CHECKS if c.name in APPLICABLE) + (TRAINED_LOSS,)

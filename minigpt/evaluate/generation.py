@@ -18,11 +18,9 @@ from minigpt.core.paths import TOKENIZER_FILE
 from minigpt.data.clean import normalise
 from minigpt.data.textstats import repetition_metrics
 from minigpt.data.tokenizer import CharTokenizer
-from minigpt.model.checkpoint import load_checkpoint, model_from_checkpoint, require_tokenizer
+from minigpt.model.checkpoint import load_trained_model
 from minigpt.model.devices import select_device
-from minigpt.model.sampling import SamplingSettings
-
-STREAM_CHUNK = 32  # the CLI prints as it samples, this many characters at a time
+from minigpt.model.sampling import SamplingSettings, sample_chunks, sample_text
 
 
 def prepare_prompt(prompt: str, index: int, tokenizer: CharTokenizer, clean: CleanConfig) -> str:
@@ -37,32 +35,8 @@ def prepare_prompt(prompt: str, index: int, tokenizer: CharTokenizer, clean: Cle
 
 
 def load_for_generation(checkpoint_path: Path, root: Path, device: torch.device):
-    checkpoint = load_checkpoint(checkpoint_path)
-    tokenizer = CharTokenizer.load(root / TOKENIZER_FILE)
-    require_tokenizer(checkpoint, tokenizer.fingerprint, str(checkpoint_path))
-    return model_from_checkpoint(checkpoint, device, str(checkpoint_path)), tokenizer
-
-
-def sample_chunks(model, tokenizer, prompt: str, settings: SamplingSettings, max_new_tokens: int, seed: int,
-                  device: torch.device, chunk: int = STREAM_CHUNK):
-    """Yield the sampled text piece by piece (every `chunk` characters) from one sampling stream, so the pieces
-    join to exactly what one call samples."""
-    ids = torch.as_tensor(tokenizer.encode(prompt), dtype=torch.long, device=device)[None, :]
-    generator = torch.Generator(device=device).manual_seed(seed)
-    pending: list[int] = []
-    for next_id in model.generate_stream(ids, max_new_tokens, settings, generator):
-        pending.append(int(next_id[0, 0]))
-        if len(pending) == chunk:
-            yield tokenizer.decode(pending)
-            pending = []
-    if pending:
-        yield tokenizer.decode(pending)
-
-
-def sample_text(model, tokenizer, prompt: str, settings: SamplingSettings, max_new_tokens: int, seed: int,
-                device: torch.device) -> str:
-    return "".join(sample_chunks(model, tokenizer, prompt, settings, max_new_tokens, seed, device,
-                                 chunk=max(1, max_new_tokens)))
+    trained = load_trained_model(checkpoint_path, root / TOKENIZER_FILE, device)
+    return trained.model, trained.tokenizer
 
 
 def generate_samples(params, root: Path, checkpoint_path: Path | None = None) -> tuple[dict, str]:

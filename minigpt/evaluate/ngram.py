@@ -64,7 +64,8 @@ def kneser_ney_bits(train: np.ndarray, scored: dict[str, np.ndarray], vocab_size
     raw, cont = {}, {}
     prev_ids = np.zeros(len(tokens), dtype=np.int64)  # order 0: the empty context, one ID
     prev_count = 1
-    prev_context_of = None
+    # the previous level's arrays (set at the end of each pass; level 1 has no lower order to count)
+    prev_valid = prev_context = prev_context_of = prev_context_count = None
     for k in range(1, top + 1):
         valid = offset >= k - 1
         context = np.full(len(tokens), -1, dtype=np.int64)  # ID of the k-1 tokens before each position

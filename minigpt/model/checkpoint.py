@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from pydantic import ValidationError
 
 from minigpt.core.errors import MinigptError
 from minigpt.core.io_utils import atomic_path
+from minigpt.data.tokenizer import CharTokenizer
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 
 # keys of the layout minigpt wrote before it used the conventional names (renamed on load)
@@ -154,3 +155,18 @@ def require_tokenizer(checkpoint: dict, fingerprint: str, source: str = "checkpo
             f"data/tokenizer/char_tokenizer.json is {fingerprint[:16]}…; IDs would map to the wrong characters. "
             "Use the tokenizer the checkpoint was trained with, or retrain on the current data."
         )
+
+
+class TrainedModel(NamedTuple):
+    model: MiniGPT
+    tokenizer: CharTokenizer
+    checkpoint: dict  # the rest of the payload (step, best_step, elapsed_s, ...)
+
+
+def load_trained_model(path: str | Path, tokenizer_file: str | Path, device: str | torch.device = "cpu") -> TrainedModel:
+    """A checkpoint's model on `device` and the tokenizer it was trained with: refused when the tokenizer file is
+    another one than the checkpoint's (what evaluate, generate and the doctor all load)."""
+    checkpoint = load_checkpoint(path)
+    tokenizer = CharTokenizer.load(tokenizer_file)
+    require_tokenizer(checkpoint, tokenizer.fingerprint, str(path))
+    return TrainedModel(model_from_checkpoint(checkpoint, device, str(path)), tokenizer, checkpoint)

@@ -1,4 +1,6 @@
-"""Next-token sampling: temperature, top-k, top-p (nucleus) and a repetition penalty, validated up front."""
+"""Sampling: the next token under temperature, top-k, top-p (nucleus) and a repetition penalty, validated up front;
+and text sampled from a model after a prompt, from its own seeded generator (the training loop's probe, the
+generate stage and its CLI)."""
 
 from __future__ import annotations
 
@@ -53,3 +55,28 @@ def next_token_logits(logits: torch.Tensor, context: torch.Tensor, settings: Sam
         drop = torch.zeros_like(drop_sorted).scatter_(1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
+
+
+STREAM_CHUNK = 32  # the CLI prints as it samples, this many characters at a time
+
+
+def sample_chunks(model, tokenizer, prompt: str, settings: SamplingSettings, max_new_tokens: int, seed: int,
+                  device: torch.device, chunk: int = STREAM_CHUNK):
+    """Yield the sampled text piece by piece (every `chunk` characters) from one sampling stream, so the pieces
+    join to exactly what one call samples."""
+    ids = torch.as_tensor(tokenizer.encode(prompt), dtype=torch.long, device=device)[None, :]
+    generator = torch.Generator(device=device).manual_seed(seed)
+    pending: list[int] = []
+    for next_id in model.generate_stream(ids, max_new_tokens, settings, generator):
+        pending.append(int(next_id[0, 0]))
+        if len(pending) == chunk:
+            yield tokenizer.decode(pending)
+            pending = []
+    if pending:
+        yield tokenizer.decode(pending)
+
+
+def sample_text(model, tokenizer, prompt: str, settings: SamplingSettings, max_new_tokens: int, seed: int,
+                device: torch.device) -> str:
+    return "".join(sample_chunks(model, tokenizer, prompt, settings, max_new_tokens, seed, device,
+                                 chunk=max(1, max_new_tokens)))

@@ -11,10 +11,9 @@ import numpy as np
 import torch
 
 from minigpt.core.errors import MinigptError
-from minigpt.core.io_utils import sha256_file
 from minigpt.core.paths import ENCODED_DIR, SPLITS, TOKENIZER_FILE, clean_split_path
 from minigpt.data import batching
-from minigpt.data.encode import load_ids, load_meta
+from minigpt.data.encode import load_ids, load_meta, split_file, split_hashes
 from minigpt.data.textstats import codepoints, from_codepoints
 from minigpt.data.tokenizer import CharTokenizer
 from minigpt.model.devices import mps_available
@@ -42,7 +41,7 @@ def required_files(ctx: Context) -> list[Path]:
         *[ctx.path(clean_split_path(split)) for split in SPLITS],
         ctx.path(TOKENIZER_FILE),
         ctx.path(ENCODED_DIR / "meta.json"),
-        *[ctx.path(ENCODED_DIR / f"{split}.npy") for split in SPLITS],
+        *[split_file(ctx.path(ENCODED_DIR), split) for split in SPLITS],
     ]
 
 
@@ -63,10 +62,8 @@ def check_files(ctx: Context) -> dict:
         ctx.meta = load_meta(ctx.path(ENCODED_DIR))
     except MinigptError as exc:
         raise CheckFailed(str(exc), {"sizes": sizes}) from None
-    changed = [
-        split for split in SPLITS
-        if sha256_file(ctx.path(ENCODED_DIR / f"{split}.npy")) != ctx.meta["splits"][split]["sha256"]
-    ]
+    now = split_hashes(ctx.path(ENCODED_DIR))
+    changed = [split for split in SPLITS if now[split] != ctx.meta["splits"][split]["sha256"]]
     if changed:
         raise CheckFailed(f"encoded arrays changed after encode (SHA-256 differs from meta.json): {', '.join(changed)}", {"sizes": sizes})
     return {"sizes": sizes}

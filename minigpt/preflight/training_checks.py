@@ -5,7 +5,7 @@ clipping, on real train batches of preflight.batch_size windows.
 Three checks read it:
 - lr_stability: the rehearsal stays finite, applies the configured peak LR, and does not diverge;
 - rehearsal_learns: after it, the loss on fixed train batches is clearly below what train's character
-  frequencies alone score on them (a correctly updating model is well below by then; README, "The rehearsal");
+  frequencies alone score on them (a correctly updating model is well below by then; docs/preflight.md, "The rehearsal");
 - single_batch_overfit: a fresh debug model memorises one batch through the same step.
 """
 
@@ -65,13 +65,13 @@ def rehearse(ctx: Context) -> dict:
     ctx.seed_all(5)
     model = ctx.model_factory(ctx.model_config).to(ctx.device)
     model.train()
-    optimizer = train_step.make_optimizer(model, train)
     block = ctx.model_config.block_size
     probe_gen = ctx.generator(50)
     probes = [batching.get_batch(ctx.splits["train"], pre.batch_size, block, ctx.device, probe_gen)
               for _ in range(pre.probe_batches)]
     warmup = rehearsal_warmup(ctx)
     steps = warmup + pre.rehearsal_steps
+    run_step = train_step.ScheduledStep(model, train, warmup_steps=warmup)  # the run's step, a shorter warmup
     log_p = unigram_log_probs(ctx.splits["train"], ctx.model_config.vocab_size)
     record = {"warmup_steps": warmup, "steps_at_peak": pre.rehearsal_steps, "batch_size": pre.batch_size,
               "precision": train.precision, "probe_batches": pre.probe_batches,
@@ -84,9 +84,7 @@ def rehearse(ctx: Context) -> dict:
         for step in range(1, steps + 1):
             inputs, targets = batching.get_batch(ctx.splits["train"], pre.batch_size, block, ctx.device, gen)
             tracker.reset()
-            result = train_step.training_step(model, optimizer, inputs, targets,
-                                              train_step.scheduled_lr(train, step, warmup_steps=warmup),
-                                              train.precision, train.grad_clip)
+            result = run_step(inputs, targets, step)
             record["lrs"].append(result.lr)
             if not result.stepped:
                 what = f"loss {result.loss}" if not math.isfinite(result.loss) else f"gradient norm {result.grad_norm}"

@@ -26,7 +26,7 @@ DECISION_METRICS = {
     "tok_s": ("training tokens per second (median step)", False),
     "check_s": ("seconds of preflight's slowest check", True),
     "rep4": ("share of repeated character 4-grams in the samples (mean)", True),
-    "warnings": ("watchdog warnings during training (README, Watchdogs)", True),
+    "warnings": ("watchdog warnings during training (docs/preflight.md, Watchdogs)", True),
 }
 # the ones in reports/metrics.json (`dvc exp show`, `dvc metrics diff`); train_s, check_s and rep4 are on the pages
 # (best_step stays on the pages: vs_base took its place, so that train.lr still ends within 120 columns)

@@ -6,38 +6,25 @@ from __future__ import annotations
 import json
 from html import escape
 
+from minigpt.model.precision import how_chosen
 from minigpt.report.decision import DECISION_METRICS, decision_metrics
 from minigpt.report.evidence import evidence
 from minigpt.report.html import fmt, page, table
 from minigpt.report.run_files import RunFiles
 from minigpt.report.svg import Series, line_chart
+from minigpt.train.shape_choice import describe as describe_shapes
 
 
 def precision_line(what: str, record: dict | None) -> str:
     """How a precision was chosen: as configured, or (auto) both timings on the machine and the faster."""
     if not record:
         return ""
-    text = f"{what}: <b>{escape(str(record.get('choice')))}</b>"
-    if "fp32_tokens_per_s" in record:
-        text += (f" (auto: fp32 {fmt(record['fp32_tokens_per_s'])} and bf16 {fmt(record['bf16_tokens_per_s'])} "
-                 f"tokens/s measured here, batch {escape(str(record.get('batch')))}, {fmt(record.get('seconds'), 1)} s)")
-    elif record.get("configured") == "auto":
-        text += f" (auto: {escape(str(record.get('reason', '')))})"
-    else:
-        text += " (as configured)"
-    return f"<p>{text}</p>"
+    return f"<p>{what}: <b>{escape(str(record.get('choice')))}</b> ({escape(how_chosen(record))})</p>"
 
 
 def shape_line(record: dict | None) -> str:
     """budget.choose_shape: each shape's measured speed and tokens per parameter in the budget, and the choice."""
-    if not record:
-        return ""
-    rows = ", ".join(f"{escape(name)} {fmt(s.get('parameters'))} parameters at {fmt(s.get('tokens_per_s'))} tokens/s "
-                     f"({escape(str(s.get('precision')))}) = {fmt(s.get('tokens_per_parameter'), 2)} tokens/parameter"
-                     for name, s in (record.get("shapes") or {}).items())
-    return (f"<p>budget shape: <b>{escape(str(record.get('choice')))}</b> (in {fmt(record.get('budget_seconds'), 0)} s: "
-            f"{rows}; the largest with at least {fmt(record.get('min_tokens_per_parameter'), 2)} tokens/parameter, "
-            "else the smallest)</p>")
+    return f"<p>budget shape: {escape(describe_shapes(record))}</p>" if record else ""
 
 
 def preflight_section(run: RunFiles) -> list[str]:

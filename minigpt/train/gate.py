@@ -6,13 +6,15 @@ of minigpt.core.code_binding). Training refuses to start unless the report passe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from minigpt.core.code_binding import changed_files, code_fingerprint
 from minigpt.core.config import Params
 from minigpt.core.errors import MinigptError
-from minigpt.core.io_utils import canonical_json_digest, read_json, sha256_file
+from minigpt.core.io_utils import canonical_json_digest, read_json
 from minigpt.core.paths import DEBUG_REPORT, ENCODED_DIR, SPLITS, TOKENIZER_FILE
+from minigpt.data.encode import split_hashes
 from minigpt.data.tokenizer import CharTokenizer
 
 # train.* keys whose value changes what preflight proves (the gate refuses a report made with other values):
@@ -41,10 +43,7 @@ def gated_config(params: Params) -> dict:
 def current_fingerprints(params: Params, root: Path = Path(".")) -> dict:
     """What a report is bound to: the encoded arrays' SHA-256, the tokenizer fingerprint, the gated config, the
     run's code."""
-    encoded = {}
-    for split in SPLITS:
-        path = root / ENCODED_DIR / f"{split}.npy"
-        encoded[split] = sha256_file(path) if path.is_file() else None
+    encoded = split_hashes(root / ENCODED_DIR)
     try:
         tokenizer = CharTokenizer.load(root / TOKENIZER_FILE).fingerprint
     except MinigptError:
@@ -72,8 +71,15 @@ def run_params(params: Params, report: dict, path: Path = Path(DEBUG_REPORT)) ->
     return params.with_train_precision(choice)
 
 
-def verify_gate(params: Params, root: Path = Path("."), report_path: Path | None = None) -> dict:
-    """Refuse training unless the report passed and is bound to exactly the current data, configuration and code."""
+@dataclass(frozen=True)
+class GatePassed:
+    report: dict  # the debug report that passed
+    params: Params  # the params the run trains with: the shape and precision the report chose (run_params)
+
+
+def verify_gate(params: Params, root: Path = Path("."), report_path: Path | None = None) -> GatePassed:
+    """Refuse training unless the report passed and is bound to exactly the current data, configuration and code;
+    what passed is the report and the params it resolves for the run."""
     path = report_path or root / DEBUG_REPORT
     refresh = "Run `dvc repro preflight` (or `python stages/preflight.py`) to refresh it."
     report = read_json(path, missing="no debug report; training starts only after preflight passes",
@@ -100,4 +106,4 @@ def verify_gate(params: Params, root: Path = Path("."), report_path: Path | None
         stale.append("code (" + (", ".join(changed_files(then.get("code"), now["code"])) or "changed") + ")")
     if stale:
         raise GateError(f"{path}: the report was made for other inputs; mismatched fingerprint: {'; '.join(stale)}. {refresh}")
-    return report
+    return GatePassed(report, params)

@@ -49,9 +49,11 @@ from minigpt.model.checkpoint import (
 )
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 from minigpt.model.nonfinite import NonFiniteTracker
+from minigpt.model.precision import how_chosen
+from minigpt.model.sampling import SamplingSettings, sample_text
 from minigpt.train import distributed, shape_choice, train_step
 from minigpt.train.distributed import Dist
-from minigpt.train.gate import run_params, verify_gate
+from minigpt.train.gate import verify_gate
 from minigpt.train.precision_choice import choose_training_precision
 from minigpt.train.resume import (
     find_resume_checkpoint,
@@ -72,10 +74,9 @@ class TrainingDiverged(MinigptError):
 
 def generate_and_print_sample(model: MiniGPT, tokenizer: CharTokenizer, prompt: str, length: int,
                               device: torch.device, seed: int = 0, out: Callable[[str], None] = print) -> str:
-    """Sample from a fixed prompt with its own generator (the training RNG is not touched)."""
-    ids = torch.as_tensor(tokenizer.encode(prompt), dtype=torch.long, device=device)[None, :]
-    gen = torch.Generator(device=device).manual_seed(seed)
-    text = tokenizer.decode(model.generate(ids, length, generator=gen)[0].tolist())
+    """The prompt and `length` characters sampled after it (plain sampling, its own generator: the training RNG is
+    not touched), printed."""
+    text = prompt + sample_text(model, tokenizer, prompt, SamplingSettings(), length, seed, device)
     out(f"[sample] {text!r}")
     return text
 
@@ -114,7 +115,7 @@ class Run:
     train_ids: torch.Tensor
     val_ids: torch.Tensor
     raw_model: nn.Module  # the plain MiniGPT: evaluated, clipped and saved
-    optimizer: torch.optim.Optimizer
+    scheduled_step: train_step.ScheduledStep  # the optimizer, the LR schedule and the step that applies them
     batch_gen: torch.Generator
     binding: dict  # the resume and code fingerprints that auto-resume requires to match
     progress: Progress = field(default_factory=Progress)
@@ -134,7 +135,7 @@ class Run:
             return
         p = self.progress
         state = dict(
-            optimizer_state_dict=self.optimizer.state_dict(), step=p.step, best_val_loss=p.best_val_loss,
+            optimizer_state_dict=self.scheduled_step.optimizer.state_dict(), step=p.step, best_val_loss=p.best_val_loss,
             best_step=p.best_step, elapsed_s=p.elapsed_s, clipped_steps=p.clipped_steps, rng=rng_states(),
             batch_rng=batch_rng, train_config=self.cfg.model_dump(), **self.binding, **self.log.mark(),
         )
@@ -149,16 +150,14 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
     say = out if ddp.main else (lambda _msg: None)
     reference = None  # preflight's tokens/s for this run's step, the throughput watchdog's reference
     if require_gate:
-        report = verify_gate(params, root)
-        params = run_params(params, report)  # the shape and precision preflight chose (and the gate binds)
+        gate = verify_gate(params, root)
+        report, params = gate.report, gate.params  # the shape and precision preflight chose (and the gate binds)
         if report.get("shape"):
             say(f"[train] budget shape: {shape_choice.describe(report['shape'])}")
         timing = report["precision"]
         reference = timing.get(f"{params.train.precision}_tokens_per_s")
         if timing.get("configured") == "auto":
-            how = (f"preflight timed fp32 {timing['fp32_tokens_per_s']:,.0f} and bf16 {timing['bf16_tokens_per_s']:,.0f} "
-                   "tokens/s on this machine") if "fp32_tokens_per_s" in timing else timing.get("reason", "")
-            say(f"[train] precision auto: {params.train.precision} ({how})")
+            say(f"[train] precision auto: {params.train.precision} (preflight's choice; {how_chosen(timing)})")
     elif params.budget.choose_shape:
         raise ConfigError("budget.choose_shape is true: the shape is chosen by preflight's timings, so this run needs "
                           "the gate (run preflight first), or set budget.choose_shape=false and a model.")
@@ -185,7 +184,7 @@ def _choose_precision_ungated(params: Params, root: Path, ddp: Dist, say) -> Par
     device = distributed.rank_device(params.train.device, ddp)
     timing = choose_training_precision(params, vocab, device)
     choice = "bf16" if distributed.any_rank(timing["choice"] == "bf16", ddp, device) else "fp32"
-    say(f"[train] precision auto: {choice} ({', '.join(f'{k} {v}' for k, v in timing.items() if k != 'configured')})")
+    say(f"[train] precision auto: {choice} ({how_chosen(timing)}{'; bf16 on another rank' if choice != timing['choice'] else ''})")
     return params.with_train_precision(choice)
 
 
@@ -206,7 +205,7 @@ def _prepare(params: Params, root: Path, ddp: Dist, say, model_factory) -> Run:
     np.random.seed(cfg.seed)
     random.seed(cfg.seed)
     model = model_factory(config).to(device)
-    run = Run(params, root, ddp, device, say, tokenizer, splits["train"], splits["val"], model, train_step.make_optimizer(model, cfg),
+    run = Run(params, root, ddp, device, say, tokenizer, splits["train"], splits["val"], model, train_step.ScheduledStep(model, cfg),
               torch.Generator().manual_seed(cfg.seed * 1000 + ddp.rank),  # different data on every rank
               {"resume_fingerprint": fingerprint, "code_fingerprint": code})
     checkpoint = find_resume_checkpoint(params, fingerprint, code, root, say)
@@ -215,6 +214,7 @@ def _prepare(params: Params, root: Path, ddp: Dist, say, model_factory) -> Run:
     run.model = torch.compile(model) if cfg.compile else model
     if ddp.world > 1:
         run.model = nn.parallel.DistributedDataParallel(run.model, device_ids=[device.index] if device.type == "cuda" else None)
+    run.scheduled_step.run_through(run.model)
     if ddp.main:
         run.log = RunLog(root / TRAIN_LOG, run.progress.history)
     run.resumed_from = checkpoint["step"] if checkpoint else None
@@ -223,7 +223,7 @@ def _prepare(params: Params, root: Path, ddp: Dist, say, model_factory) -> Run:
 
 def _continue_from(run: Run, checkpoint: dict) -> None:
     load_state_strict(run.raw_model, checkpoint, checkpoint["path"])
-    run.optimizer.load_state_dict(checkpoint["optimizer_state_dict"])  # moves state to the parameters' device
+    run.scheduled_step.optimizer.load_state_dict(checkpoint["optimizer_state_dict"])  # moves state to the parameters' device
     restore_rng(checkpoint["rng"])
     if len(checkpoint["batch_rng"]) != run.ddp.world:
         raise CheckpointError(f"{checkpoint['path']} was written by {len(checkpoint['batch_rng'])} process(es); "
@@ -259,11 +259,10 @@ def _loop(run: Run, stop: StopRequest) -> dict:
             if step % REBALANCE_EVERY == 1:
                 thread_share.rebalance()  # other minigpt processes started or ended: take this process's share
             started = time.perf_counter()
-            lr = train_step.scheduled_lr(cfg, step, progress.elapsed_s / budget if budget else 0.0)
             inputs, targets = batching.get_batch(run.train_ids, per_rank_batch, block, device, run.batch_gen)
             # the pre-clip norm is identical on every rank after DDP's all-reduce, so all ranks stop together
-            result = train_step.training_step(run.model, run.optimizer, inputs, targets, lr, cfg.precision,
-                                              cfg.grad_clip, run.raw_model.parameters())
+            result = run.scheduled_step(inputs, targets, step, progress.elapsed_s / budget if budget else 0.0)
+            lr = result.scheduled_lr
             if not result.stepped:
                 _raise_diverged(run, step, result, inputs, targets)
             progress.step = step
@@ -273,7 +272,7 @@ def _loop(run: Run, stop: StopRequest) -> dict:
             out_of_time = budget is not None and progress.elapsed_s >= budget
             record = {"step": step, "train_loss": round(result.loss, 6), "lr": lr, "grad_norm": round(result.grad_norm, 6),
                       "tokens_per_sec": round(tokens_per_step / step_s, 1), "elapsed_s": round(progress.elapsed_s, 3)}
-            _watch(run, record, lambda: run.watch.after_step(step, lr, run.optimizer, run.raw_model, result.grad_norm,
+            _watch(run, record, lambda: run.watch.after_step(step, lr, run.scheduled_step.optimizer, run.raw_model, result.grad_norm,
                                                              result.loss, record["tokens_per_sec"]))
             if step % cfg.eval_every == 0 or step == cfg.max_steps or out_of_time:
                 eval_started = time.perf_counter()

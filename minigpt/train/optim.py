@@ -1,8 +1,7 @@
-"""Optimiser set-up: the weight-decay split, AdamW or Muon + AdamW, and the learning-rate schedule."""
+"""The optimizers: the weight-decay split, AdamW, and Muon + AdamW (the LR schedule and what applies it live in
+minigpt/train/train_step.py)."""
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn as nn
@@ -95,20 +94,3 @@ def make_optimizer(model: nn.Module, kind: str, lr: float, weight_decay: float, 
     if kind == "muon":
         return MuonWithAdamW(model, lr, weight_decay, betas)
     return make_adamw(model, lr, weight_decay, betas)
-
-
-def cosine_with_warmup(step: int, warmup_steps: int, total_steps: int, max_lr: float, min_lr: float | None = None,
-                       time_fraction: float = 0.0) -> float:
-    """Linear warmup from 0 to max_lr over warmup_steps, then cosine decay to min_lr (default 10% of max_lr).
-
-    time_fraction is the share of a wall-clock budget already spent: after warmup the decay follows whichever
-    of step / total_steps and the clock is further along, so a time-limited run ends at min_lr either way.
-    """
-    if min_lr is None:
-        min_lr = 0.1 * max_lr
-    if warmup_steps > 0 and step < warmup_steps:
-        return max_lr * step / warmup_steps
-    progress = max((step - warmup_steps) / max(1, total_steps - warmup_steps), time_fraction)
-    if progress >= 1.0:
-        return min_lr
-    return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + math.cos(math.pi * progress))

@@ -10,8 +10,9 @@ import torch
 
 from minigpt.core.code_binding import changed_files
 from minigpt.core.config import Params
-from minigpt.core.io_utils import canonical_json_digest, sha256_file
+from minigpt.core.io_utils import canonical_json_digest
 from minigpt.core.paths import ENCODED_DIR, LATEST_CHECKPOINT
+from minigpt.data.encode import split_hashes
 from minigpt.model.checkpoint import CheckpointError, load_checkpoint
 
 # train.* keys that may differ between a checkpoint and the run resuming it (they do not change the weights)
@@ -20,7 +21,7 @@ RESUME_FREE_KEYS = ("device", "compile", "resume_from")
 
 def resume_fingerprint(params: Params, tokenizer_fp: str, root: Path) -> str:
     train = {k: v for k, v in params.section_dict("train").items() if k not in RESUME_FREE_KEYS}
-    data = {s: sha256_file(root / ENCODED_DIR / f"{s}.npy") for s in ("train", "val")}
+    data = split_hashes(root / ENCODED_DIR, ("train", "val"))
     return canonical_json_digest({"model": params.section_dict("model"), "train": train, "tokenizer": tokenizer_fp, "data": data})
 
 

@@ -8,7 +8,7 @@ run would use: under precision auto, the faster of fp32 and bf16), and the rule 
     the largest shape (by parameters) that sees at least min_tokens_per_parameter tokens per parameter
     in train.max_seconds at the measured tokens/s; if none does, the smallest.
 
-Calibrated on wt2-mini (README, "Budget shapes"): the production shape beat the small one in 15 minutes at 3.1
+Calibrated on wt2-mini (docs/data-and-config.md, "Budget shapes"): the production shape beat the small one in 15 minutes at 3.1
 tokens per parameter (an AMD EPYC with fast bf16) and lost to it at 1.6 (one whose bf16 is slow); at 72 s it lost
 at 0.27.
 """
@@ -69,8 +69,13 @@ def choose_shape(params: Params, vocab_size: int, device: torch.device) -> tuple
 
 
 def describe(record: dict) -> str:
-    """One line: every shape's measured tokens/s and tokens per parameter, and the choice."""
-    parts = [f"{name} {s['parameters']:,} parameters at {s['tokens_per_s']:,.0f} tokens/s ({s['precision']}) = "
-             f"{s['tokens_per_parameter']:.2f} tokens/parameter" for name, s in record["shapes"].items()]
-    return (f"{record['choice']} (in {record['budget_seconds']:g} s: {'; '.join(parts)}; rule: the largest with >= "
-            f"{record['min_tokens_per_parameter']:g}, else the smallest)")
+    """One line: every shape's measured tokens/s and tokens per parameter, and the choice (the console and the run
+    page; a field missing from an old report reads "?")."""
+    def number(value, spec: str = ",.0f") -> str:
+        return format(value, spec) if isinstance(value, (int, float)) else "?"
+
+    parts = [f"{name} {number(s.get('parameters'))} parameters at {number(s.get('tokens_per_s'))} tokens/s "
+             f"({s.get('precision')}) = {number(s.get('tokens_per_parameter'), '.2f')} tokens/parameter"
+             for name, s in (record.get("shapes") or {}).items()]
+    return (f"{record.get('choice')} (in {number(record.get('budget_seconds'), 'g')} s: {'; '.join(parts)}; rule: the "
+            f"largest with >= {number(record.get('min_tokens_per_parameter'), 'g')}, else the smallest)")

@@ -1,8 +1,14 @@
-"""One training step and its set-up (optimizer, LR schedule, precision), shared by the training loop and by
-preflight's rehearsal, so that preflight proves the very step that training runs.
+"""One training step with its optimizer and LR schedule, shared by the training loop and preflight's rehearsal,
+so that preflight proves the very step that training runs.
 
-Callers reach these through the module (`train_step.training_step(...)`), never a copied reference, so a
-change here (or a bug planted in a test) reaches both at once.
+`train.lr` reaches the optimizer here and nowhere else: ScheduledStep builds the run's optimizer, computes the LR
+of each step from the schedule (cosine_with_warmup over train.max_steps, or over the clock under
+train.max_seconds) and writes it into every group before the step. Its callers pass a step number and the clock,
+never an LR. training_step is the bare step for the checks that need one LR of their own (the overfit check, the
+clipping contract, the timing of precision: auto).
+
+Callers reach these through the module (`train_step.ScheduledStep(...)`), never a copied reference, so a change
+here (or a bug planted in a test) reaches both at once.
 """
 
 from __future__ import annotations
@@ -17,26 +23,45 @@ from minigpt.model import batch_loss
 from minigpt.train import optim
 
 
-def make_optimizer(model: nn.Module, train_cfg, lr: float | None = None, weight_decay: float | None = None):
-    """The run's optimizer (train.optimizer: AdamW, or Muon + AdamW; decay split, betas); lr/weight_decay may be
-    overridden (the overfit check's own LR)."""
-    return optim.make_optimizer(model, train_cfg.optimizer, train_cfg.lr if lr is None else lr,
-                                train_cfg.weight_decay if weight_decay is None else weight_decay, train_cfg.betas)
+def cosine_with_warmup(step: int, warmup_steps: int, total_steps: int, max_lr: float, min_lr: float | None = None,
+                       time_fraction: float = 0.0) -> float:
+    """Linear warmup from 0 to max_lr over warmup_steps, then cosine decay to min_lr (default 10% of max_lr).
+
+    time_fraction is the share of a wall-clock budget already spent: after warmup the decay follows whichever
+    of step / total_steps and the clock is further along, so a time-limited run ends at min_lr either way.
+    """
+    if min_lr is None:
+        min_lr = 0.1 * max_lr
+    if warmup_steps > 0 and step < warmup_steps:
+        return max_lr * step / warmup_steps
+    progress = max((step - warmup_steps) / max(1, total_steps - warmup_steps), time_fraction)
+    if progress >= 1.0:
+        return min_lr
+    return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + math.cos(math.pi * progress))
 
 
 def scheduled_lr(train_cfg, step: int, time_fraction: float = 0.0, warmup_steps: int | None = None) -> float:
     """The run's LR at `step` (1-based): cosine_with_warmup over train.max_steps from train.lr to train.min_lr.
     warmup_steps may be shortened (preflight rehearses a warmup at most a few tens of steps long)."""
     warmup = train_cfg.warmup_steps if warmup_steps is None else warmup_steps
-    return optim.cosine_with_warmup(step, warmup, train_cfg.max_steps, train_cfg.lr, train_cfg.min_lr, time_fraction)
+    return cosine_with_warmup(step, warmup, train_cfg.max_steps, train_cfg.lr, train_cfg.min_lr, time_fraction)
+
+
+def make_optimizer(model: nn.Module, train_cfg, lr: float | None = None, weight_decay: float | None = None):
+    """The run's optimizer (train.optimizer: AdamW, or Muon + AdamW; decay split, betas). Its groups start at lr,
+    by default the schedule's first step's LR (the value the first step applies); weight_decay may be overridden
+    (the overfit check's own)."""
+    return optim.make_optimizer(model, train_cfg.optimizer, scheduled_lr(train_cfg, 1) if lr is None else lr,
+                                train_cfg.weight_decay if weight_decay is None else weight_decay, train_cfg.betas)
 
 
 @dataclass(frozen=True)
 class StepResult:
     loss: float
     grad_norm: float  # before clipping
-    lr: float  # what the optimizer applied
+    lr: float  # what the optimizer applied (its first group's LR)
     stepped: bool  # False when the loss or gradient norm was non-finite: the weights were left untouched
+    scheduled_lr: float | None = None  # what the schedule said (ScheduledStep), for the lr_applied watchdog
 
 
 def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor, targets: torch.Tensor,
@@ -59,3 +84,29 @@ def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: to
     if finite:
         optimizer.step()
     return StepResult(loss_value, grad_norm, optimizer.param_groups[0]["lr"], finite)
+
+
+class ScheduledStep:
+    """The run's optimizer and LR schedule, and the step that applies them: step `n` at clock fraction `f` trains
+    at scheduled_lr(train, n, f). `model` is the plain MiniGPT (its parameters are optimised and clipped);
+    run_through() makes a wrapper of it (torch.compile, DDP) run the forward."""
+
+    def __init__(self, model: nn.Module, train_cfg, warmup_steps: int | None = None):
+        self.train_cfg = train_cfg
+        self.warmup_steps = warmup_steps
+        self.model = model
+        self.forward_model = model
+        self.optimizer = make_optimizer(model, train_cfg, lr=self.lr_at(1))
+
+    def run_through(self, wrapper: nn.Module) -> None:
+        self.forward_model = wrapper
+
+    def lr_at(self, step: int, time_fraction: float = 0.0) -> float:
+        return scheduled_lr(self.train_cfg, step, time_fraction, self.warmup_steps)
+
+    def __call__(self, inputs: torch.Tensor, targets: torch.Tensor, step: int, time_fraction: float = 0.0) -> StepResult:
+        lr = self.lr_at(step, time_fraction)
+        cfg = self.train_cfg
+        result = training_step(self.forward_model, self.optimizer, inputs, targets, lr, cfg.precision, cfg.grad_clip,
+                               self.model.parameters())
+        return StepResult(result.loss, result.grad_norm, result.lr, result.stepped, scheduled_lr=lr)

@@ -3,7 +3,7 @@
 A stop ends the run with one line (like the NaN guard's) and leaves the last checkpoint written before it; a
 warning never stops a run: it is printed once, recorded on the step it fired in the run log, counted in
 train_summary.json and shown on the run and comparison pages. Thresholds are `watch.*` in params.yaml
-(README, "Watchdogs", says how each was calibrated and what to do when it fires).
+(docs/preflight.md, "Watchdogs", says how each was calibrated and what to do when it fires).
 
 | name | when | level | fires when |
 | lr_applied | every step | stop | an optimizer group applied another LR than the schedule's value |

@@ -6,7 +6,7 @@ import torch
 from minigpt.model import batch_loss
 from minigpt.train import optim, train_step
 
-REAL_COSINE = optim.cosine_with_warmup
+REAL_COSINE = train_step.cosine_with_warmup
 
 
 def zero_grad_between_backward_and_step(model, optimizer, inputs, targets, lr, precision, grad_clip, clip_params=None):
