@@ -8,7 +8,7 @@ STAMP := $(VENV)/.minigpt-installed
 export PATH := $(abspath $(BIN)):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup params repro test test-slow test-all clean-venv
+.PHONY: setup params repro test test-slow test-all lint clean-venv
 
 # TORCH=cpu: torch (the version constraints.txt pins) from PyTorch's CPU-only wheel index, so no CUDA libraries
 # are installed; the default takes torch from the indexes pip is configured with (PyPI: on Linux x86_64 the CUDA
@@ -50,6 +50,10 @@ test-slow: $(STAMP)
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# ruff, configured in pyproject.toml (CI runs it)
+lint: $(STAMP)
+	$(BIN)/ruff check minigpt stages tests benchmarks
 
 # remove the environment (e.g. before `make setup TORCH=cpu` on a machine that has one)
 clean-venv:

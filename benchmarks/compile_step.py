@@ -18,11 +18,11 @@ from pathlib import Path
 
 import torch
 
-from bench_common import ROOT, machine_label  # noqa: E402  (also puts the repo on sys.path)
-from minigpt.core.compose import compose_params  # noqa: E402
-from minigpt.core.config import load_params  # noqa: E402
-from minigpt.model.gpt import MiniGPT, MiniGPTConfig  # noqa: E402
-from minigpt.train import train_step  # noqa: E402
+from bench_common import ROOT, machine_label
+from minigpt.core.compose import compose_params
+from minigpt.core.config import load_params
+from minigpt.model.gpt import MiniGPT, MiniGPTConfig
+from minigpt.train import train_step
 
 VOCAB = 119  # wt2-mini's vocabulary
 

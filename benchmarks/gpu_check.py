@@ -17,16 +17,16 @@ from pathlib import Path
 
 import torch
 
-from bench_common import flops_per_token  # noqa: E402  (also puts the repo on sys.path)
-from minigpt.core.config import load_params  # noqa: E402
-from minigpt.evaluate.checkpoint_eval import evaluate_checkpoint  # noqa: E402
-from minigpt.evaluate.generation import generate_samples  # noqa: E402
-from minigpt.model.gpt import MiniGPT, MiniGPTConfig  # noqa: E402
-from minigpt.preflight.checks import format_table  # noqa: E402
-from minigpt.preflight.suite import run_preflight  # noqa: E402
-from minigpt.train import train_step  # noqa: E402
-from minigpt.train.loop import train  # noqa: E402
-from minigpt.train.optim import make_adamw  # noqa: E402
+from bench_common import flops_per_token
+from minigpt.core.config import load_params
+from minigpt.evaluate.checkpoint_eval import evaluate_checkpoint
+from minigpt.evaluate.generation import generate_samples
+from minigpt.model.gpt import MiniGPT, MiniGPTConfig
+from minigpt.preflight.checks import format_table
+from minigpt.preflight.suite import run_preflight
+from minigpt.train import train_step
+from minigpt.train.loop import train
+from minigpt.train.optim import make_adamw
 
 
 def with_train(params, **changes):
@@ -136,7 +136,7 @@ def main() -> None:
 
     try:
         result["cpu_resume"] = continue_on_cpu(root / "models/mini_gpt_latest.pt", params)
-    except Exception as exc:  # noqa: BLE001 - report it, do not hide the other results
+    except Exception as exc:  # report it, do not hide the other results
         result["cpu_resume"] = {"error": f"{type(exc).__name__}: {exc}"}
 
     config = MiniGPTConfig.from_params(params.model, 119)

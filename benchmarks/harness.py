@@ -1,4 +1,4 @@
-"""The benchmark harness: one command prints a table and writes benchmarks/results.json.
+"""The benchmark harness: one command prints a table and writes benchmarks/results/harness.json.
 
     python benchmarks/harness.py --corpus ../shared/wt2-mini   # the measurements (several minutes on 2 cores)
     python benchmarks/harness.py --smoke                        # seconds: every code path once, tiny sizes (CI)
@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bench_common import (  # noqa: E402
+from bench_common import (
     ROOT,
     compose_project,
     copy_into_fresh_repo,
@@ -42,16 +42,16 @@ from bench_common import (  # noqa: E402
     prepare_project,
     synthetic_corpus,
 )
-from minigpt.core.config import CleanConfig  # noqa: E402
-from minigpt.data.clean import clean_splits  # noqa: E402
-from minigpt.data.tokenizer import CharTokenizer  # noqa: E402
-from minigpt.evaluate.scoring import score_split  # noqa: E402
-from minigpt.model import gpt as model_module  # noqa: E402
-from minigpt.model.gpt import MiniGPT  # noqa: E402
-from minigpt.preflight.suite import run_preflight  # noqa: E402
-from minigpt.train import train_step  # noqa: E402
-from minigpt.train.loop import train  # noqa: E402
-from minigpt.train.optim import build_param_groups  # noqa: E402
+from minigpt.core.config import CleanConfig
+from minigpt.data.clean import clean_splits
+from minigpt.data.tokenizer import CharTokenizer
+from minigpt.evaluate.scoring import score_split
+from minigpt.model import gpt as model_module
+from minigpt.model.gpt import MiniGPT
+from minigpt.preflight.suite import run_preflight
+from minigpt.train import train_step
+from minigpt.train.loop import train
+from minigpt.train.optim import build_param_groups
 
 
 def median_time(fn, rounds: int) -> float:
@@ -368,7 +368,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one round: checks the code paths in seconds")
     parser.add_argument("--corpus", type=Path, help="a folder with wiki.{train,valid,test}.raw (else the synthetic fixture)")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (slow to compile on CPU)")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "harness.json")
     args = parser.parse_args()
     rounds = 1 if args.smoke else 5
     vocab = 119  # wt2-mini's vocabulary

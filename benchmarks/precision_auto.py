@@ -14,10 +14,10 @@ from pathlib import Path
 
 import torch
 
-from bench_common import compose_project, machine_kind, machine_label, synthetic_corpus  # noqa: E402
-from minigpt.model.gpt import MiniGPT, MiniGPTConfig  # noqa: E402
+from bench_common import compose_project, machine_kind, machine_label, synthetic_corpus
+from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 from minigpt.model.precision import choose_evaluation_precision
-from minigpt.train.precision_choice import choose_training_precision  # noqa: E402
+from minigpt.train.precision_choice import choose_training_precision
 
 PRESETS = {"debug": ["experiment=debug", "train.precision=auto", "evaluate.precision=auto"], "production": [],
            "budget shape small": ["experiment=budget-72s"], "budget shape production": ["experiment=budget-15m"]}

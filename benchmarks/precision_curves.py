@@ -12,9 +12,9 @@ import argparse
 import json
 from pathlib import Path
 
-from bench_common import ROOT, clear_checkpoints, compose_project, prepare_project  # noqa: E402  (also puts the repo on sys.path)
-from minigpt.core.paths import TRAIN_LOG  # noqa: E402
-from minigpt.train.loop import train  # noqa: E402
+from bench_common import ROOT, clear_checkpoints, compose_project, machine_label, prepare_project
+from minigpt.core.paths import TRAIN_LOG
+from minigpt.train.loop import train
 
 
 def run(work: Path, corpus: Path, preset: str, steps: int, precision: str) -> dict:
@@ -59,7 +59,7 @@ def main() -> None:
     prepare_project(args.work, args.corpus)
     results = [run(args.work, args.corpus, args.preset, args.steps, p) for p in ("fp32", "bf16")]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"preset": args.preset, "steps": args.steps, "runs": results}))
+    args.out.with_suffix(".json").write_text(json.dumps({"machine": machine_label(), "preset": args.preset, "steps": args.steps, "runs": results}))
     plot(results, args.out.with_suffix(".png"))
     for r in results:
         print(f"{r['precision']}: {r['tokens_per_sec_median']:,.0f} tok/s, val loss " +

@@ -21,19 +21,19 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench_common import ROOT, compose_project, prepare_project, synthetic_corpus
+from bench_common import ROOT, compose_project, machine_label, prepare_project, synthetic_corpus
 
 sys.path.insert(0, str(ROOT / "tests"))
-from helpers.planted_bugs import (  # noqa: E402
+from helpers.planted_bugs import (
     lr_zero_after_warmup,
     zero_grad_between_backward_and_step,
 )
-from minigpt.data.tokenizer import CharTokenizer  # noqa: E402
-from minigpt.model.devices import select_device  # noqa: E402
-from minigpt.model.gpt import MiniGPTConfig  # noqa: E402
-from minigpt.preflight.checks import Context, run_checks  # noqa: E402
-from minigpt.preflight.suite import CHECKS  # noqa: E402
-from minigpt.preflight.training_checks import running_median  # noqa: E402
+from minigpt.data.tokenizer import CharTokenizer
+from minigpt.model.devices import select_device
+from minigpt.model.gpt import MiniGPTConfig
+from minigpt.preflight.checks import Context, run_checks
+from minigpt.preflight.suite import CHECKS
+from minigpt.preflight.training_checks import running_median
 from minigpt.train import (
     train_step,
 )
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.smoke:
         args.seeds, args.presets, args.divergent_seeds, args.broken_seeds = 2, ["debug"], 1, 1
-    results = {"corpus": str(args.corpus or "fixture"), "presets": {}}
+    results = {"machine": machine_label(), "corpus": str(args.corpus or "fixture"), "presets": {}}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "project"
         corpus = args.corpus or synthetic_corpus(Path(tmp) / "corpus")

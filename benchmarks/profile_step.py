@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
-from bench_common import flops_per_token, machine_kind, machine_label, model_preset  # noqa: E402
-from minigpt.model.gpt import MiniGPT  # noqa: E402
-from minigpt.train import train_step  # noqa: E402
-from minigpt.train.optim import build_param_groups  # noqa: E402
+from bench_common import flops_per_token, machine_kind, machine_label, model_preset
+from minigpt.model.gpt import MiniGPT
+from minigpt.train import train_step
+from minigpt.train.optim import build_param_groups
 
 # op-name fragments -> family, first match wins (self time of leaf ops, so nested ops are not counted twice)
 FAMILIES = (

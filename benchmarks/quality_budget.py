@@ -11,7 +11,7 @@ scored once with >= block_size/2 characters of context). The reference is nanoGP
 (4 layers, 4 heads, width 128, block 64, batch 12, 2000 steps, lr 1e-3 -> 1e-4, fp32) run by this project's
 loop, so the comparison is side by side on the same machine and data; the same recipe is also run for each
 preset's wall clock (its LR decaying over the clock), the reference a budget preset has to beat on this machine.
-Results go to benchmarks/results_quality.json, with the machine's label.
+Results go to benchmarks/results/quality.json, with the machine's label.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench_common import (  # noqa: E402  (also puts the repo on sys.path)
+from bench_common import (
     ROOT,
     clear_checkpoints,
     compose_project,
@@ -34,14 +34,14 @@ from bench_common import (  # noqa: E402  (also puts the repo on sys.path)
     prepare_project,
     synthetic_corpus,
 )
-from minigpt.core.paths import ENCODED_DIR  # noqa: E402
-from minigpt.data.encode import load_ids  # noqa: E402
-from minigpt.evaluate.checkpoint_eval import evaluate_checkpoint  # noqa: E402
-from minigpt.model.batch_loss import evaluate_model  # noqa: E402
-from minigpt.model.checkpoint import load_checkpoint, model_from_checkpoint  # noqa: E402
-from minigpt.preflight.suite import run_preflight  # noqa: E402
-from minigpt.train.gate import run_params  # noqa: E402
-from minigpt.train.loop import train  # noqa: E402
+from minigpt.core.paths import ENCODED_DIR
+from minigpt.data.encode import load_ids
+from minigpt.evaluate.checkpoint_eval import evaluate_checkpoint
+from minigpt.model.batch_loss import evaluate_model
+from minigpt.model.checkpoint import load_checkpoint, model_from_checkpoint
+from minigpt.preflight.suite import run_preflight
+from minigpt.train.gate import run_params
+from minigpt.train.loop import train
 
 # nanoGPT README, "I only have a macbook": train_shakespeare_char.py with these CPU overrides (dropout 0)
 REFERENCE = ["model.num_layers=4", "model.num_heads=4", "model.embedding_dim=128", "model.block_size=64",
@@ -117,9 +117,9 @@ def main() -> None:
     parser.add_argument("--run", nargs="+", action="append", metavar=("NAME", "OVERRIDE"),
                         help="an extra run: a name, then Hydra overrides (repeatable); replaces the default runs")
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / ".work", help="scratch project folder")
-    parser.add_argument("--out", type=Path, help="default: benchmarks/results_quality.json (a smoke: its scratch folder)")
+    parser.add_argument("--out", type=Path, help="default: benchmarks/results/quality.json (a smoke: its scratch folder)")
     args = parser.parse_args()
-    args.out = args.out or ROOT / "benchmarks" / "results_quality.json"
+    args.out = args.out or ROOT / "benchmarks" / "results" / "quality.json"
     if args.smoke:
         scratch = Path(tempfile.mkdtemp(prefix="minigpt-quality-"))
         args.corpus, args.work, runs = synthetic_corpus(scratch / "corpus"), scratch / "project", SMOKE_RUNS

@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_common import compose_project, copy_into_fresh_repo, machine_kind, machine_label, synthetic_corpus  # noqa: E402
-from minigpt.core.thread_share import available_cores  # noqa: E402
+from bench_common import compose_project, copy_into_fresh_repo, machine_kind, machine_label, synthetic_corpus
+from minigpt.core.thread_share import available_cores
 
 
 def scratch_repo(work: Path, corpus: Path) -> dict:

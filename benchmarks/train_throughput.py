@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from bench_common import model_preset
+from bench_common import machine_label, model_preset
 from minigpt.model.gpt import MiniGPT
 from minigpt.train import train_step
 from minigpt.train.optim import make_adamw
@@ -54,7 +54,7 @@ def main() -> None:
             seconds = time_steps(model, optimizer, batch, precision, args.steps)
             samples[precision].append(args.batch * config.block_size * args.steps / seconds)
     params = MiniGPT(config).num_parameters()
-    result = {"model": args.model, "parameters": params, "batch": args.batch, "block_size": config.block_size,
+    result = {"machine": machine_label(), "model": args.model, "parameters": params, "batch": args.batch, "block_size": config.block_size,
               "threads": torch.get_num_threads(), "tokens_per_sec": {p: statistics.median(v) for p, v in samples.items()}}
     print(f"model {args.model}: {params:,} parameters, batch {args.batch} x {config.block_size}, {result['threads']} threads")
     base = result["tokens_per_sec"][precisions[0]]

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import torch
 
-from bench_common import compose_project, machine_kind, machine_label, synthetic_corpus  # noqa: E402
-from minigpt.data import batching  # noqa: E402
-from minigpt.model.gpt import MiniGPT, MiniGPTConfig  # noqa: E402
+from bench_common import compose_project, machine_kind, machine_label, synthetic_corpus
+from minigpt.data import batching
+from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 from minigpt.train import train_step
-from minigpt.train.watchdogs import Watchdogs  # noqa: E402
+from minigpt.train.watchdogs import Watchdogs
 
 PRESETS = {"debug": ["experiment=debug"], "production": ["train.precision=bf16"],
            "budget shape small": ["experiment=budget-72s", "train.precision=bf16"]}

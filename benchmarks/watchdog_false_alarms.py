@@ -25,11 +25,11 @@ from bench_common import (
     prepare_project,
     synthetic_corpus,
 )
-from minigpt.evaluate.checkpoint_eval import evaluate_checkpoint  # noqa: E402
-from minigpt.preflight.suite import run_preflight  # noqa: E402
-from minigpt.train.gate import run_params  # noqa: E402
-from minigpt.train.loop import train  # noqa: E402
-from minigpt.train.watchdogs import WatchdogStop  # noqa: E402
+from minigpt.evaluate.checkpoint_eval import evaluate_checkpoint
+from minigpt.preflight.suite import run_preflight
+from minigpt.train.gate import run_params
+from minigpt.train.loop import train
+from minigpt.train.watchdogs import WatchdogStop
 
 PRESETS = {"debug": ["experiment=debug"], "budget-72s": ["experiment=budget-72s"],
            "budget-15m": ["experiment=budget-15m"], "production": []}

@@ -5,7 +5,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from helpers.wikitext_fixture import make_texts, release_for, write_directory, write_zip  # noqa: E402
+from helpers.wikitext_fixture import make_texts, release_for, write_directory, write_zip
 
 
 @pytest.fixture(scope="session")

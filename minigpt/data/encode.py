@@ -10,7 +10,7 @@ import torch
 from minigpt.core.errors import DataError
 from minigpt.core.io_utils import atomic_directory, atomic_write_json, read_json, sha256_file
 from minigpt.core.paths import SPLITS
-from minigpt.data.tokenizer import CharTokenizer, ids_dtype  # noqa: F401  (ids_dtype: part of this module's API)
+from minigpt.data.tokenizer import CharTokenizer, ids_dtype
 
 META_NAME = "meta.json"
 

@@ -59,7 +59,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         # torch's own message ends by suggesting weights_only=False: never relay that advice
         raise CheckpointError(f"{path}: not a minigpt checkpoint: it holds pickled Python objects, which minigpt never "
                               "writes and never loads (they could run code). Use a checkpoint written by minigpt.") from None
-    except Exception as exc:  # noqa: BLE001 - torch raises many types for a bad file
+    except Exception as exc:  # torch raises many types for a bad file
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise CheckpointError(f"{path}: not a loadable checkpoint ({type(exc).__name__}: {first_line}); "
                               "the file is damaged or is not a checkpoint.") from None

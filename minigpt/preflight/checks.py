@@ -128,7 +128,7 @@ def run_checks(ctx: Context, checks: tuple[Check, ...], only: set[str] | None = 
             except CheckFailed as exc:
                 result = CheckResult(check.name, "failed", exc.measured, _safe_threshold(check, ctx),
                                      time.perf_counter() - start, str(exc), list(check.likely_causes))
-            except Exception as exc:  # noqa: BLE001 - whatever a check meets is that check's failure, not a crash
+            except Exception as exc:  # whatever a check meets is that check's failure, not a crash
                 message = f"the check raised {describe_exception(exc)}"
                 result = CheckResult(check.name, "failed", {"exception": type(exc).__name__},
                                      _safe_threshold(check, ctx), time.perf_counter() - start, message,
@@ -141,7 +141,7 @@ def run_checks(ctx: Context, checks: tuple[Check, ...], only: set[str] | None = 
 def _safe_threshold(check: Check, ctx: Context) -> str:
     try:
         return check.threshold_text(ctx)
-    except Exception:  # noqa: BLE001 - a threshold that needs an artifact that failed to load
+    except Exception:  # a threshold that needs an artifact that failed to load
         return "(needs an earlier check)"
 
 
