@@ -31,7 +31,8 @@ from helpers.planted_bugs import (
 from minigpt.data.tokenizer import CharTokenizer
 from minigpt.model.devices import select_device
 from minigpt.model.gpt import MiniGPTConfig
-from minigpt.preflight.checks import Context, run_checks
+from minigpt.preflight.checks import run_checks
+from minigpt.preflight.context import Context
 from minigpt.preflight.suite import CHECKS
 from minigpt.preflight.training_checks import running_median
 from minigpt.train import (

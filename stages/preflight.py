@@ -7,7 +7,8 @@ from pathlib import Path
 
 from minigpt.core.paths import DEBUG_REPORT
 from minigpt.core.stage import stage_main
-from minigpt.preflight.checks import format_table, report_log_line
+from minigpt.preflight.checks import format_table
+from minigpt.preflight.refusal_log import in_throwaway_copy, report_log_line
 from minigpt.preflight.suite import discard_report, run_preflight
 from minigpt.train.gate import PreflightFailed
 
@@ -18,7 +19,8 @@ def run(params):
     seconds = report["seconds"]
     print(f"[preflight] checks took {seconds['total']:.2f}s ({seconds['without_overfit']:.2f}s without the overfit check)")
     if not report["passed"]:
-        print(report_log_line(report))  # the refusal, readable from `dvc queue logs` when the run was queued
+        if in_throwaway_copy():  # a queued experiment: its log is all that stays of it (`dvc queue logs`)
+            print(report_log_line(report))
         raise PreflightFailed(f"check(s) failed: {', '.join(report['failed'])}; see the table above and reports/debug_report.json")
 
 

@@ -172,3 +172,10 @@ def test_explicit_resume_from_continues_across_a_code_change_and_says_so(project
 
     with pytest.raises(CheckpointError, match="already at step 40 .* nothing left to train"):
         train(explicit, root, require_gate=False, out=lambda _m: None)
+
+
+def test_a_long_list_of_changed_files_is_named_in_one_short_line():
+    files = [f"minigpt/pkg/module_{i}.py" for i in range(40)]
+    line = code_binding.name_files(files)
+    assert line.startswith("minigpt/pkg/module_0.py, ") and line.endswith(" and 32 more") and len(line) < 300
+    assert code_binding.name_files(files[:2]) == "minigpt/pkg/module_0.py, minigpt/pkg/module_1.py"

@@ -3,6 +3,7 @@ does with them (no request leaves the machine, no console error, the curves are 
 
 import json
 import math
+import re
 import subprocess
 import sys
 from html import escape
@@ -12,10 +13,11 @@ import pytest
 from helpers import REPO_ROOT
 from helpers.browser import coloured_pixels, visit
 from helpers.pipeline_fixture import copy_project, recompose
+from minigpt.core.charts import Series, drawable, line_chart
+from minigpt.preflight.refusal_log import PREFIX, in_throwaway_copy, report_from_log, report_log_line
 from minigpt.report.compare import compare_page, differing_params
 from minigpt.report.decision import DECISION_METRICS, DVC_METRICS, decision_metrics
 from minigpt.report.run_files import RunFiles, load_run, workspace_reader
-from minigpt.report.svg import Series, line_chart, log_ticks, nice_ticks
 
 FAST = ["train.max_steps=40", "train.warmup_steps=5", "train.eval_every=10", "train.eval_batches=2",
         "train.sample_length=0", "generate.max_new_tokens=40"]
@@ -56,7 +58,7 @@ def test_the_report_stage_writes_the_decision_metrics_alone_and_the_page(finishe
     assert all(isinstance(v, (int, float)) for v in metrics.values()), "no strings among the metrics"
     html = (root / "reports/report.html").read_text()
     assert "<script" not in html and " src=" not in html and " href=" not in html, "nothing to load"
-    assert html.count('<svg xmlns="http://www.w3.org/2000/svg" class="chart"') == 4
+    assert html.count('<svg class="chart"') == 4
     assert '<table class="baselines">' in html and '<tr class="model-row"><td><b>this model</b>' in html
     # the fixture's 40-step debug model does not beat an n-gram counted on the same train split: the page says so
     ladder = evaluation["baselines"]
@@ -146,8 +148,36 @@ def test_the_comparison_marks_the_best_value_and_lists_only_differing_params():
     assert val_row.count('class="num best"') == 1 and '<td class="num best">2.9000</td>' in val_row
 
 
-def test_chart_ticks_and_non_finite_points():
-    assert nice_ticks(0, 1) == [0, 0.2, 0.4, 0.6, 0.8, 1.0]
-    assert [round(10 ** t, 6) for t in log_ticks(0, 1)] == [1, 2, 5, 10]
+def test_charts_skip_what_they_cannot_place_and_say_when_nothing_is_left():
+    kept = drawable([Series("train", [(1, 2.0), (2, float("nan")), (3, 1.5), (float("inf"), 1.0)])])
+    assert kept[0].points == [(1, 2.0), (3, 1.5)]
+    assert drawable([Series("norm", [(1, 0.0), (2, 3.0)])], log_y=True)[0].points == [(2, 3.0)]
+
+    def texts(svg: str) -> list[str]:  # matplotlib draws text as paths and keeps each string in a comment
+        return re.findall(r"<!-- (.*?) -->", svg)
+
     svg = line_chart("loss", [Series("train", [(1, 2.0), (2, float("nan")), (3, 1.5)])], "step", "loss")
-    assert svg.count("<polyline") == 1 and "nan" not in svg.split("points=")[1]
+    assert svg.startswith('<svg class="chart"') and "<?xml" not in svg and "nan" not in svg.lower()
+    assert "train" in texts(svg) and "no data" not in texts(svg)
+    assert line_chart("loss", [Series("train", [(1, 2.0), (2, float("nan")), (3, 1.5)])], "step", "loss") == svg
+    empty = line_chart("loss", [Series("train", [(1, float("nan"))])], "step", "loss")
+    assert "no data" in texts(empty) and "train" not in texts(empty)
+
+
+def test_a_refused_report_round_trips_through_its_one_log_line():
+    report = _failed_report("lr_stability", "at lr 1 the loss rose from 4.8 to 9.1")
+    line = report_log_line(report)
+    assert "\n" not in line and "measured" not in line and len(line) < 600  # statuses + the failure, not the report
+    read = report_from_log("Stage 'preflight' ...\n" + line + "\nERROR: failed to reproduce 'preflight'\n")
+    assert read["passed"] is False and read["failed"] == ["lr_stability"]
+    assert [(c["name"], c["status"]) for c in read["checks"]] == [("environment", "passed"), ("lr_stability", "failed")]
+    failed = read["checks"][1]
+    assert failed["message"] == report["checks"][1]["message"] and failed["likely_causes"] == ["learning rate too high"]
+    # a log written by an earlier version (the whole report as JSON) still reads
+    assert report_from_log("[preflight] report: " + json.dumps(report))["failed"] == ["lr_stability"]
+    assert report_from_log("no report here") is None and report_from_log(PREFIX + "{not json") is None
+
+
+def test_only_a_queued_experiments_throwaway_copy_logs_the_report(tmp_path):
+    assert in_throwaway_copy(tmp_path / "project" / ".dvc" / "tmp" / "exps" / "tmpab12cd")
+    assert not in_throwaway_copy(tmp_path / "project")

@@ -88,3 +88,9 @@ def changed_files(then: dict | None, now: dict) -> list[str]:
     old = (then or {}).get("files") or {}
     new = now["files"]
     return sorted(name for name in set(old) | set(new) if old.get(name) != new.get(name))
+
+
+def name_files(files: list[str], most: int = 8) -> str:
+    """A list of changed files for a one-line message: the first `most`, then how many more."""
+    shown = ", ".join(files[:most])
+    return f"{shown} and {len(files) - most} more" if len(files) > most else shown

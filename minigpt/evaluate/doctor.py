@@ -18,7 +18,8 @@ from minigpt.data import batching
 from minigpt.model.batch_loss import evaluate_model
 from minigpt.model.checkpoint import load_trained_model
 from minigpt.model.devices import select_device
-from minigpt.preflight.checks import Check, CheckFailed, Context, format_table, run_checks
+from minigpt.preflight.checks import Check, CheckFailed, format_table, run_checks
+from minigpt.preflight.context import Context
 from minigpt.preflight.suite import CHECKS
 
 DOCTOR_BATCHES = 8

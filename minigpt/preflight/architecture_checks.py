@@ -14,7 +14,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minigpt.model.gpt import mlp_hidden_width
-from minigpt.preflight.checks import Check, CheckFailed, Context
+from minigpt.preflight.checks import Check, CheckFailed
+from minigpt.preflight.context import Context
 
 ACTIVATION_ATOL = 1e-5
 REFERENCE_ACTIVATIONS = {"gelu": F.gelu, "relu2": lambda x: F.relu(x).square(), "swiglu": F.silu}

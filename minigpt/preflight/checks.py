@@ -7,19 +7,16 @@ crash of the whole run, so a report is always written.
 
 from __future__ import annotations
 
-import json
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import torch
-import torch.nn as nn
-
-from minigpt.core.config import Params
-from minigpt.data.tokenizer import CharTokenizer
-from minigpt.model.gpt import MiniGPT, MiniGPTConfig
+if TYPE_CHECKING:  # the framework runs any checks on any context; preflight's is minigpt.preflight.context
+    from minigpt.preflight.context import Context
+else:
+    Context = Any
 
 
 class CheckFailed(Exception):
@@ -54,34 +51,6 @@ class CheckResult:
         if self.status == "failed":
             out["likely_causes"] = self.likely_causes
         return out
-
-
-@dataclass
-class Context:
-    """What the checks share: inputs, the artifacts they load, and what earlier checks produced."""
-
-    params: Params
-    root: Path
-    device: torch.device
-    model_config: MiniGPTConfig | None = None
-    model_factory: Callable[[MiniGPTConfig], nn.Module] = MiniGPT
-    # filled by the checks
-    tokenizer: CharTokenizer | None = None
-    meta: dict | None = None
-    splits: dict[str, torch.Tensor] = field(default_factory=dict)
-    batch: tuple[torch.Tensor, torch.Tensor] | None = None
-    model: nn.Module | None = None
-    rehearsal: dict | None = None
-    summary: dict = field(default_factory=dict)
-
-    def path(self, relative: Path) -> Path:
-        return self.root / relative
-
-    def generator(self, offset: int = 0) -> torch.Generator:
-        return torch.Generator().manual_seed(self.params.preflight.seed + offset)
-
-    def seed_all(self, offset: int = 0) -> None:
-        torch.manual_seed(self.params.preflight.seed + offset)
 
 
 @dataclass(frozen=True)
@@ -154,26 +123,3 @@ def format_table(checks: list[dict]) -> str:
             rows.append(f"{'':<22} threshold: {c['threshold']}")
             rows.extend(f"{'':<22} likely cause: {cause}" for cause in c.get("likely_causes", []))
     return "\n".join(rows)
-
-
-# A refused run's report in one log line: a queued experiment that fails keeps only its log (`dvc queue logs`),
-# and the comparison page reads the refusal from there.
-REPORT_LOG_PREFIX = "[preflight] report: "
-LOGGED_FIELDS = ("name", "status", "threshold", "seconds", "message", "likely_causes")
-
-
-def report_log_line(report: dict) -> str:
-    checks = [{k: c[k] for k in LOGGED_FIELDS if k in c} for c in report.get("checks", [])]
-    return REPORT_LOG_PREFIX + json.dumps({"passed": report.get("passed"), "failed": report.get("failed", []),
-                                           "checks": checks}, ensure_ascii=False)
-
-
-def report_from_log(text: str) -> dict | None:
-    """The report a refused run logged (the last one in the text), or None."""
-    lines = [line for line in text.splitlines() if line.startswith(REPORT_LOG_PREFIX)]
-    if not lines:
-        return None
-    try:
-        return json.loads(lines[-1][len(REPORT_LOG_PREFIX):])
-    except json.JSONDecodeError:
-        return None

@@ -17,7 +17,8 @@ from minigpt.data.encode import load_ids, load_meta, split_file, split_hashes
 from minigpt.data.textstats import codepoints, from_codepoints
 from minigpt.data.tokenizer import CharTokenizer
 from minigpt.model.devices import mps_available
-from minigpt.preflight.checks import Check, CheckFailed, Context
+from minigpt.preflight.checks import Check, CheckFailed
+from minigpt.preflight.context import Context
 
 STRETCH = 60  # characters of each split (and of a batch row) shown decoded in the report
 

@@ -13,7 +13,8 @@ import torch.nn as nn
 
 from minigpt.model import batch_loss
 from minigpt.model.nonfinite import NonFiniteTracker
-from minigpt.preflight.checks import Check, CheckFailed, Context
+from minigpt.preflight.checks import Check, CheckFailed
+from minigpt.preflight.context import Context
 from minigpt.train import train_step
 
 CAUSAL_ATOL = 1e-5

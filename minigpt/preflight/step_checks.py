@@ -21,7 +21,8 @@ import numpy as np
 import torch.nn as nn
 
 from minigpt.model import batch_loss
-from minigpt.preflight.checks import Check, CheckFailed, Context
+from minigpt.preflight.checks import Check, CheckFailed
+from minigpt.preflight.context import Context
 from minigpt.train import optim, train_step
 
 # time fractions and steps at which a clock-limited run's schedule is evaluated

@@ -21,7 +21,8 @@ from minigpt.data.tokenizer import CharTokenizer
 from minigpt.model.devices import select_device
 from minigpt.model.gpt import MiniGPTConfig
 from minigpt.preflight import architecture_checks, data_checks, model_checks, step_checks, training_checks
-from minigpt.preflight.checks import Check, CheckResult, Context, run_checks
+from minigpt.preflight.checks import Check, CheckResult, run_checks
+from minigpt.preflight.context import Context
 from minigpt.train import precision_choice, shape_choice
 from minigpt.train.gate import current_fingerprints, gated_config
 

@@ -24,7 +24,8 @@ from minigpt.data import batching
 from minigpt.model import batch_loss
 from minigpt.model.gpt import MiniGPTConfig
 from minigpt.model.nonfinite import NonFiniteTracker
-from minigpt.preflight.checks import Check, CheckFailed, Context
+from minigpt.preflight.checks import Check, CheckFailed
+from minigpt.preflight.context import Context
 from minigpt.train import train_step
 
 # a rise must last this many steps (the running median's window is 2 * SUSTAIN - 1) to count as divergence:

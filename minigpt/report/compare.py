@@ -12,7 +12,8 @@ import sys
 from html import escape
 from pathlib import Path
 
-from minigpt.preflight.checks import report_from_log
+from minigpt.core.charts import Series, line_chart
+from minigpt.preflight.refusal_log import report_from_log
 from minigpt.report.decision import DECISION_METRICS, decision_metrics
 from minigpt.report.html import fmt, page, table
 from minigpt.report.run_files import (
@@ -23,7 +24,6 @@ from minigpt.report.run_files import (
     revision_reader,
     workspace_reader,
 )
-from minigpt.report.svg import Series, line_chart
 
 # experiment states whose commit does not hold the run's results
 UNFINISHED = ("Failed", "Queued", "Running")

@@ -18,9 +18,7 @@ table { border-collapse: collapse; margin: 8px 0; } th, td { border: 1px solid #
 .banner { padding: 8px 12px; border-radius: 4px; margin: 12px 0; } .banner.failed { background: #fdecee; }
 .banner.passed { background: #e3f4e8; } tr.model-row td { background: #eef3fb; }
 .charts { display: flex; flex-wrap: wrap; gap: 12px; } .chart { border: 1px solid #eee; background: #fff; }
-.chart .plot-area { fill: #fcfcfc; stroke: #ccc; } .chart .grid { stroke: #eee; } .chart .tick { font-size: 10px; fill: #555; }
-.chart .axis-label, .chart .legend { font-size: 11px; fill: #333; } .chart .chart-title { font-size: 13px; font-weight: 600; }
-.chart .empty { fill: #999; } pre { background: #f7f7f7; padding: 8px; white-space: pre-wrap; word-break: break-word; }
+pre { background: #f7f7f7; padding: 8px; white-space: pre-wrap; word-break: break-word; }
 code { font-size: 12px; } .muted { color: #666; } details { margin: 4px 0; }
 """
 

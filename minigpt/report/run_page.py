@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from html import escape
 
+from minigpt.core.charts import Series, line_chart
 from minigpt.model.precision import how_chosen
 from minigpt.report.decision import DECISION_METRICS, decision_metrics
 from minigpt.report.evidence import evidence
 from minigpt.report.html import fmt, page, table
 from minigpt.report.run_files import RunFiles
-from minigpt.report.svg import Series, line_chart
 from minigpt.train.shape_choice import describe as describe_shapes
 
 

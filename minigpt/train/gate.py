@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from minigpt.core.code_binding import changed_files, code_fingerprint
+from minigpt.core.code_binding import changed_files, code_fingerprint, name_files
 from minigpt.core.config import Params
 from minigpt.core.errors import MinigptError
 from minigpt.core.io_utils import canonical_json_digest, read_json
@@ -103,7 +103,7 @@ def verify_gate(params: Params, root: Path = Path("."), report_path: Path | None
         changed = [f"{sec}.{k}" for sec in new for k in new[sec] if (old.get(sec) or {}).get(k) != new[sec][k]]
         stale.append("config (" + (", ".join(changed) or "changed") + ")")
     if (then.get("code") or {}).get("digest") != now["code"]["digest"]:
-        stale.append("code (" + (", ".join(changed_files(then.get("code"), now["code"])) or "changed") + ")")
+        stale.append("code (" + (name_files(changed_files(then.get("code"), now["code"])) or "changed") + ")")
     if stale:
         raise GateError(f"{path}: the report was made for other inputs; mismatched fingerprint: {'; '.join(stale)}. {refresh}")
     return GatePassed(report, params)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from minigpt.core.code_binding import changed_files
+from minigpt.core.code_binding import changed_files, name_files
 from minigpt.core.config import Params
 from minigpt.core.io_utils import canonical_json_digest
 from minigpt.core.paths import ENCODED_DIR, LATEST_CHECKPOINT
@@ -70,12 +70,11 @@ def find_resume_checkpoint(params: Params, fingerprint: str, code: dict, root: P
         out(f"[train] not resuming: {reason}; starting from step 0")
         return None
     if changed and not explicit:
-        out(f"[train] not resuming: {path} was written by other code (changed: {', '.join(changed[:8])}"
-            f"{' …' if len(changed) > 8 else ''}); starting from step 0. To continue it across the change on purpose, "
-            f"set train.resume_from={path}")
+        out(f"[train] not resuming: {path} was written by other code (changed: {name_files(changed)}); starting "
+            f"from step 0. To continue it across the change on purpose, set train.resume_from={path}")
         return None
     if changed:
-        out(f"[train] train.resume_from: continuing {path} across a code change (changed: {', '.join(changed[:8])})")
+        out(f"[train] train.resume_from: continuing {path} across a code change (changed: {name_files(changed)})")
     if checkpoint["step"] >= params.train.max_steps:
         if explicit:
             raise CheckpointError(f"train.resume_from: {path} is already at step {checkpoint['step']} of "

@@ -12,6 +12,7 @@ import json
 import os
 from pathlib import Path
 
+from minigpt.core.charts import Series, save_png
 from minigpt.core.io_utils import atomic_write_text
 from minigpt.core.paths import CURVES_PNG, TRAIN_PLOT_CSV, VAL_PLOT_CSV
 
@@ -83,22 +84,8 @@ def write_curves(history: list[dict], root: Path) -> None:
     atomic_write_text(root / TRAIN_PLOT_CSV, "\n".join(rows) + "\n")
     val = [r for r in history if "val_loss" in r]
     atomic_write_text(root / VAL_PLOT_CSV, "\n".join(["step,val_loss"] + [f"{r['step']},{r['val_loss']}" for r in val]) + "\n")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_loss, ax_lr) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    ax_loss.plot([r["step"] for r in history], [r["train_loss"] for r in history], label="train", alpha=0.6)
-    ax_loss.plot([r["step"] for r in val], [r["val_loss"] for r in val], "o-", label="val")
-    ax_loss.set_ylabel("loss (nats/char)")
-    ax_loss.legend()
-    ax_lr.plot([r["step"] for r in history], [r["lr"] for r in history])
-    ax_lr.set_ylabel("learning rate")
-    ax_lr.set_xlabel("step")
-    fig.tight_layout()
-    (root / CURVES_PNG).parent.mkdir(parents=True, exist_ok=True)
-    tmp = root / CURVES_PNG.with_name(f".{CURVES_PNG.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, root / CURVES_PNG)
+    steps = [r["step"] for r in history]
+    save_png(root / CURVES_PNG, [
+        ("loss", [Series("train", list(zip(steps, (r["train_loss"] for r in history)))),
+                  Series("val", [(r["step"], r["val_loss"]) for r in val], markers=True)], "step", "loss (nats/char)"),
+        ("learning rate", [Series("lr", list(zip(steps, (r["lr"] for r in history))))], "step", "learning rate")])

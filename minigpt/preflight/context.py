@@ -1,0 +1,43 @@
+"""What preflight's checks (and the doctor's) share: the inputs, the artifacts they load, and what earlier checks
+produced, in one object passed from check to check."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+from minigpt.core.config import Params
+from minigpt.data.tokenizer import CharTokenizer
+from minigpt.model.gpt import MiniGPT, MiniGPTConfig
+
+
+@dataclass
+class Context:
+    """What the checks share: inputs, the artifacts they load, and what earlier checks produced."""
+
+    params: Params
+    root: Path
+    device: torch.device
+    model_config: MiniGPTConfig | None = None
+    model_factory: Callable[[MiniGPTConfig], nn.Module] = MiniGPT
+    # filled by the checks
+    tokenizer: CharTokenizer | None = None
+    meta: dict | None = None
+    splits: dict[str, torch.Tensor] = field(default_factory=dict)
+    batch: tuple[torch.Tensor, torch.Tensor] | None = None
+    model: nn.Module | None = None
+    rehearsal: dict | None = None
+    summary: dict = field(default_factory=dict)
+
+    def path(self, relative: Path) -> Path:
+        return self.root / relative
+
+    def generator(self, offset: int = 0) -> torch.Generator:
+        return torch.Generator().manual_seed(self.params.preflight.seed + offset)
+
+    def seed_all(self, offset: int = 0) -> None:
+        torch.manual_seed(self.params.preflight.seed + offset)
