@@ -95,7 +95,8 @@ def compose_project(work: Path, corpus: Path, overrides: list[str]):
 
 
 def prepare_project(work: Path, corpus: Path) -> None:
-    """A scratch project in `work`: the real data stages (fetch -> encode, baselines) run on a local WikiText-format folder."""
+    """A scratch project in `work`: the real data stages (fetch -> encode, baselines) run on a local WikiText-format
+    folder."""
     import subprocess
 
     work.mkdir(parents=True, exist_ok=True)

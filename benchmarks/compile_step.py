@@ -65,7 +65,8 @@ def main() -> None:
     params = shape_params(args.shape, overrides, scratch)
     block, batch = params.model.block_size, params.train.batch_size
     gen = torch.Generator().manual_seed(0)
-    inputs, targets = torch.randint(0, VOCAB, (batch, block), generator=gen), torch.randint(0, VOCAB, (batch, block), generator=gen)
+    inputs = torch.randint(0, VOCAB, (batch, block), generator=gen)
+    targets = torch.randint(0, VOCAB, (batch, block), generator=gen)
     modes = ["eager", "model compiled", "whole step compiled"]
     runners, compile_s = {}, {}
     for mode in modes:
@@ -88,8 +89,8 @@ def main() -> None:
               "ratio_to_eager": {m: statistics.median(r) / eager for m, r in rates.items()},
               "first_three_steps_s": compile_s, "rounds": rates}
     for mode in modes:
-        print(f"{mode:<22} {result['tokens_per_s'][mode]:>9,.0f} tokens/s  ({result['ratio_to_eager'][mode]:.2f}x eager; "
-              f"first 3 steps {compile_s[mode]:.1f} s)")
+        print(f"{mode:<22} {result['tokens_per_s'][mode]:>9,.0f} tokens/s  ({result['ratio_to_eager'][mode]:.2f}x "
+              f"eager; first 3 steps {compile_s[mode]:.1f} s)")
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))
         print(f"wrote {args.out}")

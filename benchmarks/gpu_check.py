@@ -54,7 +54,8 @@ def matmul_peak_tflops(device: str, n: int, repeats: int = 10) -> float:
     return 2 * n ** 3 / statistics.median(times) / 1e12
 
 
-def throughput(config: MiniGPTConfig, device: str, batch: int, precision: str, compile_model: bool, steps: int) -> float:
+def throughput(config: MiniGPTConfig, device: str, batch: int, precision: str, compile_model: bool,
+               steps: int) -> float:
     torch.manual_seed(0)
     model = MiniGPT(config).to(device).train()
     optimizer = make_adamw(model, 1e-3, 0.1)
@@ -150,7 +151,8 @@ def main() -> None:
             continue
         rate = throughput(config, device, batch, precision, compiled, args.timed_steps)
         print(f"[gpu_check] {label} batch {batch}: {rate:,.0f} tokens/s", flush=True)
-        rows.append({"variant": label, "batch": batch, "tokens_per_sec": rate, "mfu_vs_bf16_peak": rate * fpt / (peak * 1e12)})
+        rows.append({"variant": label, "batch": batch, "tokens_per_sec": rate,
+                     "mfu_vs_bf16_peak": rate * fpt / (peak * 1e12)})
     result["throughput"] = {"parameters": n_params, "flops_per_token": fpt, "rows": rows}
 
     (out / "gpu_check.json").write_text(json.dumps(result, indent=2, default=str))

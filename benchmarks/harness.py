@@ -107,7 +107,7 @@ class Variant:
         self.model = MiniGPT(config).train()
         groups = build_param_groups(self.model, 0.1)
         # the baseline: a per-parameter (unfused, no foreach) AdamW loop
-        self.optimizer = torch.optim.AdamW(groups, lr=1e-3, foreach=False) if baseline else torch.optim.AdamW(groups, lr=1e-3)
+        self.optimizer = torch.optim.AdamW(groups, lr=1e-3, foreach=False if baseline else None)
         self.run = torch.compile(self.model) if compiled else self.model
         self.x = torch.randint(0, config.vocab_size, (batch, config.block_size))
         self.y = torch.randint(0, config.vocab_size, (batch, config.block_size))
@@ -124,14 +124,16 @@ class Variant:
             model_module.causal_attention = real
 
 
-def training_speed(preset: str, batch: int, vocab: int, steps: int, rounds: int, compile_too: bool, peaks: dict) -> dict:
+def training_speed(preset: str, batch: int, vocab: int, steps: int, rounds: int, compile_too: bool,
+                   peaks: dict) -> dict:
     config = model_preset(preset, vocab)
     variants = [Variant("baseline (manual attention, unfused AdamW, fp32)", config, batch, baseline=True),
                 Variant(PROJECT_VARIANT["fp32"], config, batch),
                 Variant(PROJECT_VARIANT["bf16"], config, batch, "bf16")]
     if config.dropout:
         # dropout's random masks, and attention-weight dropout forcing SDPA off its fused kernel, cost time
-        variants.append(Variant("bf16 autocast, dropout 0 (not the preset)", config.model_copy(update={"dropout": 0.0}), batch, "bf16"))
+        variants.append(Variant("bf16 autocast, dropout 0 (not the "
+                                "preset)", config.model_copy(update={"dropout": 0.0}), batch, "bf16"))
     if compile_too:
         variants.append(Variant("bf16 autocast + torch.compile", config, batch, "bf16", compiled=True))
     for v in variants:
@@ -154,10 +156,12 @@ def training_speed(preset: str, batch: int, vocab: int, steps: int, rounds: int,
 
 def step_gemms(config, batch: int) -> Counter:
     """{(m, k, n): count}: the matrix products of one training step (forward and backward) of MiniGPT."""
-    n_tok, width, hidden, vocab = batch * config.block_size, config.embedding_dim, config.expansion_factor * config.embedding_dim, config.vocab_size
+    n_tok, width, vocab = batch * config.block_size, config.embedding_dim, config.vocab_size
+    hidden = config.expansion_factor * width
     heads, t, d = config.num_heads, config.block_size, config.embedding_dim // config.num_heads
     gemms = Counter()
-    linears = [(width, 3 * width), (width, width), (width, hidden), (hidden, width)] * config.num_layers + [(width, vocab)]
+    linears = [(width, 3 * width), (width, width), (width, hidden),
+               (hidden, width)] * config.num_layers + [(width, vocab)]
     for fan_in, fan_out in linears:
         gemms.update([(n_tok, fan_in, fan_out),   # forward
                       (n_tok, fan_out, fan_in),   # gradient of the input
@@ -180,9 +184,11 @@ def gemm_bound(preset: str, batch: int, vocab: int, rounds: int, training: dict,
             total_s += count * matmul_seconds(m, k, n, dtype, rounds)
             flops += count * 2 * m * k * n
         step_s = batch * config.block_size / project_rate(training, precision)
-        rows.append({"precision": precision, "gemm_seconds": total_s, "step_seconds": step_s, "gemm_share": total_s / step_s,
+        rows.append({"precision": precision, "gemm_seconds": total_s, "step_seconds": step_s,
+                     "gemm_share": total_s / step_s,
                      "gemm_flops_per_sec": flops / total_s,
-                     "mfu_if_only_gemms": training["flops_per_token"] * batch * config.block_size / total_s / peaks[precision]})
+                     "mfu_if_only_gemms":
+                         training["flops_per_token"] * batch * config.block_size / total_s / peaks[precision]})
     return {"preset": preset, "batch": batch, "rows": rows}
 
 
@@ -349,7 +355,9 @@ def generation_speed(preset: str, vocab: int, new_tokens: int, rounds: int) -> d
     settings = SamplingSettings(0.8, 40, 0.95, 1.0)
     ways = {"recompute the window per token (before)": lambda: generate_recompute(
                 model, prompt, new_tokens, settings, torch.Generator().manual_seed(1)),
-            "KV cache": lambda: list(model.generate_stream(prompt, new_tokens, settings, torch.Generator().manual_seed(1)))}
+            "KV "
+            "cache": lambda: list(model.generate_stream(prompt, new_tokens, settings,
+                                                        torch.Generator().manual_seed(1)))}
     times = {name: [] for name in ways}
     for _ in range(rounds):
         for name, run in ways.items():
@@ -366,7 +374,8 @@ def generation_speed(preset: str, vocab: int, new_tokens: int, rounds: int) -> d
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one round: checks the code paths in seconds")
-    parser.add_argument("--corpus", type=Path, help="a folder with wiki.{train,valid,test}.raw (else the synthetic fixture)")
+    parser.add_argument("--corpus", type=Path,
+                        help="a folder with wiki.{train,valid,test}.raw (else the synthetic fixture)")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (slow to compile on CPU)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "harness.json")
     args = parser.parse_args()
@@ -425,21 +434,24 @@ def print_table(r: dict) -> None:
     m = r["machine"]
     print(f"machine: {machine_kind(m)}, {m['cores']} cores, torch {m['torch']}, {m['torch_threads']} threads"
           f"{'  (SMOKE: not timings)' if r['smoke'] else ''}")
-    print(f"peak matmul: fp32 {r['peak_flops']['fp32'] / 1e9:,.0f} GFLOP/s, bf16 {r['peak_flops']['bf16'] / 1e9:,.0f} GFLOP/s")
+    print(f"peak matmul: fp32 {r['peak_flops']['fp32'] / 1e9:,.0f} GFLOP/s, bf16 {r['peak_flops']['bf16'] / 1e9:,.0f} "
+          "GFLOP/s")
     for t in r["training"]:
         print(f"\ntraining, {t['preset']} ({t['parameters']:,} parameters, batch {t['batch']} x {t['block_size']})")
         print(f"  {'variant':<50} {'tokens/s':>10} {'x base':>7} {'MFU':>6}")
         for row in t["rows"]:
-            print(f"  {row['variant']:<50} {row['tokens_per_sec']:>10,.0f} {row['vs_baseline']:>7.2f} {row['mfu']:>6.1%}")
+            print(f"  {row['variant']:<50} {row['tokens_per_sec']:>10,.0f} {row['vs_baseline']:>7.2f} "
+                  f"{row['mfu']:>6.1%}")
     for g in r["gemm_bound"]["rows"]:
         print(f"  {g['precision']}: the step's matrix products alone take {g['gemm_seconds'] * 1e3:.0f} ms of its "
-              f"{g['step_seconds'] * 1e3:.0f} ms ({g['gemm_share']:.0%}), at {g['gemm_flops_per_sec'] / 1e9:,.0f} GFLOP/s: "
-              f"MFU {g['mfu_if_only_gemms']:.0%} if every other op were free")
+              f"{g['step_seconds'] * 1e3:.0f} ms ({g['gemm_share']:.0%}), at {g['gemm_flops_per_sec'] / 1e9:,.0f} "
+              f"GFLOP/s: MFU {g['mfu_if_only_gemms']:.0%} if every other op were free")
     d = r["data_stages"]
-    print(f"\ndata stages on {d['characters']:,} characters: clean {d['clean_s']:.2f}s, tokenizer {d['tokenizer_s']:.2f}s, "
-          f"encode {d['encode_s']:.3f}s ({d['encode_speedup_vs_naive']:.0f}x a per-character list comprehension to an array, "
-          f"{d['naive_encode_s']:.2f}s; {d['encode_speedup_vs_append_loop']:.0f}x a bare append loop, {d['append_loop_s']:.2f}s); "
-          f"peak RSS {d['memory']['peak_rss_mb']:,.0f} MB ({d['memory']['after_imports_mb']:,.0f} MB after imports)")
+    print(f"\ndata stages on {d['characters']:,} characters: clean {d['clean_s']:.2f}s, tokenizer "
+          f"{d['tokenizer_s']:.2f}s, encode {d['encode_s']:.3f}s ({d['encode_speedup_vs_naive']:.0f}x a per-character "
+          f"list comprehension to an array, {d['naive_encode_s']:.2f}s; {d['encode_speedup_vs_append_loop']:.0f}x a "
+          f"bare append loop, {d['append_loop_s']:.2f}s); peak RSS {d['memory']['peak_rss_mb']:,.0f} MB "
+          f"({d['memory']['after_imports_mb']:,.0f} MB after imports)")
     e = r["evaluation"]
     for row in e["rows"]:
         print(f"evaluation ({e['preset']}, stride {e['stride']}, batch {e['batch']}, {row['precision']}): "
@@ -451,9 +463,8 @@ def print_table(r: dict) -> None:
               + (f" = {row['vs_before']:.1f}x" if "vs_before" in row else ""))
     p = r["preflight"]
     print(f"preflight: {p['preflight_s']:.1f}s of checks, {p['without_overfit_s']:.1f}s without the overfit check, + "
-          f"{p['precision_timing_s']:.1f}s timing precision: auto = "
-          f"{p['share_without_overfit']:.2%} of a production run ({p['production_run_s'] / 60:.0f} min at the bf16 rate)"
-          f"{'' if p['passed'] else '  (FAILED)'}")
+          f"{p['precision_timing_s']:.1f}s timing precision: auto = {p['share_without_overfit']:.2%} of a production "
+          f"run ({p['production_run_s'] / 60:.0f} min at the bf16 rate){'' if p['passed'] else '  (FAILED)'}")
     print(f"no-op `dvc repro` ({r['dvc']['stages']} stages, all up to date): {r['dvc']['noop_repro_s']:.2f}s")
     for m in r["training_memory"]:
         print(f"training memory, {m['steps']} steps: peak RSS {m['peak_rss_mb']:,.0f} MB "

@@ -2,7 +2,8 @@
 step of the preset's model and batch, fp32 and bf16 interleaved) and evaluation's (forward passes at
 evaluate.batch_size), with the seconds the choice costs.
 
-    python benchmarks/precision_auto.py --corpus ../shared/wt2-mini --out benchmarks/results/precision_auto_<machine>.json
+    python benchmarks/precision_auto.py --corpus ../shared/wt2-mini \
+        --out benchmarks/results/precision_auto_<machine>.json
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ from minigpt.train.loop import train
 
 def run(work: Path, corpus: Path, preset: str, steps: int, precision: str) -> dict:
     preset_override = [] if preset == "production" else [f"experiment={preset}"]
-    params = compose_project(work, corpus, [*preset_override, f"train.max_steps={steps}", f"train.precision={precision}",
+    params = compose_project(work, corpus,
+                             [*preset_override, f"train.max_steps={steps}", f"train.precision={precision}",
                                             f"train.eval_every={max(1, steps // 6)}", "train.sample_length=0"])
     clear_checkpoints(work)
     summary = train(params, work, require_gate=False, out=lambda msg: print(f"  {msg}", flush=True))
@@ -59,7 +60,8 @@ def main() -> None:
     prepare_project(args.work, args.corpus)
     results = [run(args.work, args.corpus, args.preset, args.steps, p) for p in ("fp32", "bf16")]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"machine": machine_label(), "preset": args.preset, "steps": args.steps, "runs": results}))
+    args.out.with_suffix(".json").write_text(json.dumps({"machine": machine_label(), "preset": args.preset,
+                                                         "steps": args.steps, "runs": results}))
     plot(results, args.out.with_suffix(".png"))
     for r in results:
         print(f"{r['precision']}: {r['tokens_per_sec_median']:,.0f} tok/s, val loss " +

@@ -85,7 +85,8 @@ def old_rule(losses: list[float]) -> bool:
 
 def rehearse_once(base: Context, params, seed: int, lr: float | None = None) -> dict:
     train = params.train if lr is None else params.train.model_copy(update={"lr": lr})
-    run_params = params.model_copy(update={"train": train, "preflight": params.preflight.model_copy(update={"seed": seed})})
+    run_params = params.model_copy(update={"train": train,
+                                           "preflight": params.preflight.model_copy(update={"seed": seed})})
     ctx = Context(params=run_params, root=base.root, device=base.device, model_config=base.model_config,
                   tokenizer=base.tokenizer, meta=base.meta, splits=base.splits)
     started = time.perf_counter()
@@ -141,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--divergent-seeds", type=int, default=5)
     parser.add_argument("--broken", nargs="*", default=list(BROKEN), choices=list(BROKEN))
     parser.add_argument("--broken-seeds", type=int, default=5)
-    parser.add_argument("--override", nargs="*", default=[], help="Hydra overrides for every preset (e.g. preflight.rehearsal_steps=60)")
+    parser.add_argument("--override", nargs="*", default=[],
+                        help="Hydra overrides for every preset (e.g. preflight.rehearsal_steps=60)")
     parser.add_argument("--smoke", action="store_true", help="2 seeds, debug preset, fixture corpus (code paths only)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/preflight_false_alarms.json")
     args = parser.parse_args(argv)
@@ -170,12 +172,12 @@ def main(argv: list[str] | None = None) -> int:
                 entry["broken"][name] = {**summarise(rows), "runs_detail": rows}
             results["presets"][preset] = entry
             h = entry["healthy"]
-            print(f"{preset:<11} lr {params.train.lr:g} {params.train.precision}: {h['failed']}/{h['runs']} false alarms "
-                  f"(old rule {h['old_rule_alarms']}); fixed-batch loss after {h['probe_after_min']:.3f}.."
-                  f"{h['probe_after_max']:.3f}, below the probe's unigram loss by {h['below_unigram_min']:.3f}.."
-                  f"{h['below_unigram_max']:.3f} (margin {params.preflight.learn_margin}); "
-                  f"max sustained rise {h['sustained_rise_max']:.3f}, single-step {h['single_step_rise_max']:.3f}; "
-                  f"{h['seconds_median']:.2f} s/seed", flush=True)
+            print(f"{preset:<11} lr {params.train.lr:g} {params.train.precision}: {h['failed']}/{h['runs']} false "
+                  f"alarms (old rule {h['old_rule_alarms']}); fixed-batch loss after "
+                  f"{h['probe_after_min']:.3f}..{h['probe_after_max']:.3f}, below the probe's unigram loss by "
+                  f"{h['below_unigram_min']:.3f}..{h['below_unigram_max']:.3f} (margin "
+                  f"{params.preflight.learn_margin}); max sustained rise {h['sustained_rise_max']:.3f}, single-step "
+                  f"{h['single_step_rise_max']:.3f}; {h['seconds_median']:.2f} s/seed", flush=True)
             for label, group in [*(("lr " + k, v) for k, v in entry["divergent"].items()), *entry["broken"].items()]:
                 print(f"{'':<11} {label}: refused {group['failed']}/{group['runs']} (lr_stability "
                       f"{group['failed_lr_stability']}, rehearsal_learns {group['failed_rehearsal_learns']}); "

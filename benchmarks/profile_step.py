@@ -163,11 +163,13 @@ def main() -> None:
     print(f"\nattempts ({rounds} interleaved rounds, median step)")
     for s in setups:
         seconds = statistics.median(times[s.name])
-        row = {"attempt": s.name, "tokens_per_sec": round(s.tokens / seconds, 1), "vs_shipped": round(base / seconds, 3),
+        row = {"attempt": s.name, "tokens_per_sec": round(s.tokens / seconds, 1),
+               "vs_shipped": round(base / seconds, 3),
                "mfu_bf16": round(s.tokens / seconds * per_token / peak, 3), "changes": s.changes,
                "machine": machine_kind(label)}
         attempts.append(row)
-        print(f"  {s.name:<50} {row['tokens_per_sec']:>9,.0f} tok/s  {row['vs_shipped']:.2f}x  MFU {row['mfu_bf16']:.1%}")
+        print(f"  {s.name:<50} {row['tokens_per_sec']:>9,.0f} tok/s  {row['vs_shipped']:.2f}x  MFU "
+              f"{row['mfu_bf16']:.1%}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"machine": label, "preset": preset, "batch": batch, "bf16_peak_flops": peak,
                                     "profiles": profiles, "attempts": attempts, "smoke": args.smoke}, indent=2) + "\n")

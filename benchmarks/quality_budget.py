@@ -117,7 +117,8 @@ def main() -> None:
     parser.add_argument("--run", nargs="+", action="append", metavar=("NAME", "OVERRIDE"),
                         help="an extra run: a name, then Hydra overrides (repeatable); replaces the default runs")
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / ".work", help="scratch project folder")
-    parser.add_argument("--out", type=Path, help="default: benchmarks/results/quality.json (a smoke: its scratch folder)")
+    parser.add_argument("--out", type=Path,
+                        help="default: benchmarks/results/quality.json (a smoke: its scratch folder)")
     args = parser.parse_args()
     args.out = args.out or ROOT / "benchmarks" / "results" / "quality.json"
     if args.smoke:

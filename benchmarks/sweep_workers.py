@@ -30,7 +30,8 @@ def scratch_repo(work: Path, corpus: Path) -> dict:
            "DVC_NO_ANALYTICS": "1"}
     env.pop("MINIGPT_THREADS", None)
     compose_project(work, corpus, ["experiment=debug"])
-    baseline = subprocess.run([sys.executable, "-m", "dvc", "repro", "-q"], cwd=work, capture_output=True, text=True, env=env)
+    baseline = subprocess.run([sys.executable, "-m", "dvc", "repro", "-q"], cwd=work, capture_output=True, text=True,
+                              env=env)
     if baseline.returncode:
         raise SystemExit(f"dvc repro in {work} failed:\n{baseline.stdout}{baseline.stderr}")
     git("add", "-A")

@@ -54,13 +54,17 @@ def main() -> None:
             seconds = time_steps(model, optimizer, batch, precision, args.steps)
             samples[precision].append(args.batch * config.block_size * args.steps / seconds)
     params = MiniGPT(config).num_parameters()
-    result = {"machine": machine_label(), "model": args.model, "parameters": params, "batch": args.batch, "block_size": config.block_size,
-              "threads": torch.get_num_threads(), "tokens_per_sec": {p: statistics.median(v) for p, v in samples.items()}}
-    print(f"model {args.model}: {params:,} parameters, batch {args.batch} x {config.block_size}, {result['threads']} threads")
+    result = {"machine": machine_label(), "model": args.model, "parameters": params, "batch": args.batch,
+              "block_size": config.block_size,
+              "threads": torch.get_num_threads(),
+              "tokens_per_sec": {p: statistics.median(v) for p, v in samples.items()}}
+    print(f"model {args.model}: {params:,} parameters, batch {args.batch} x {config.block_size}, {result['threads']} "
+          "threads")
     base = result["tokens_per_sec"][precisions[0]]
     for p in precisions:
         rate = result["tokens_per_sec"][p]
-        print(f"  {p:<5} {rate:>10,.0f} tokens/s  ({rate / base:.2f}x {precisions[0]})  samples {[round(v) for v in samples[p]]}")
+        print(f"  {p:<5} {rate:>10,.0f} tokens/s  ({rate / base:.2f}x {precisions[0]})  samples "
+              f"{[round(v) for v in samples[p]]}")
     print(json.dumps(result))
 
 

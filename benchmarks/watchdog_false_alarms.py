@@ -90,8 +90,9 @@ def main() -> None:
                 print(f"{preset:<11} seed {seed:>3}: "
                       + (f"preflight failed {row['failed']}" if not row["preflight_passed"] else
                          f"STOPPED {row['stopped']}" if "stopped" in row else
-                         f"{row['steps']} steps, val {row['val_bpc']:.4f} bpc (vs best static {row['vs_best_static_bpc']:+.4f}), "
-                         f"warnings {row['warnings']} ({fired}), {row['seconds']:.0f} s"), flush=True)
+                         f"{row['steps']} steps, val {row['val_bpc']:.4f} bpc (vs best static "
+                         f"{row['vs_best_static_bpc']:+.4f}), warnings {row['warnings']} ({fired}), "
+                         f"{row['seconds']:.0f} s"), flush=True)
     summary = {}
     for preset in presets:
         mine = [r for r in rows if r["preset"] == preset]

@@ -17,14 +17,15 @@ def run(params):
               f"{m['perplexity']:.3f} over {m['tokens']:,} tokens")
     ladder = metrics["baselines"]
     for row in ladder["rows"]:
-        print(f"[evaluate]   {row['name']:<22} {row['kind']:<8} val {row['val']['bpc']:.4f} bpc, test {row['test']['bpc']:.4f}")
+        print(f"[evaluate]   {row['name']:<22} {row['kind']:<8} val {row['val']['bpc']:.4f} bpc, test "
+              f"{row['test']['bpc']:.4f}")
     margin, best = ladder["vs_best_static_bpc"], ladder["best_static"]
     print(f"[evaluate] the model beats the best static baseline ({best}) by {-margin:.4f} bpc on val" if margin < 0 else
           f"[evaluate] the model does NOT beat the best static baseline ({best}): {margin:.4f} bpc behind it on val")
     if "dynamic" in metrics:
         dynamic = metrics["dynamic"]
-        print(f"[evaluate] {dynamic['label']}: val {dynamic['val']['bpc']:.4f} bpc, test {dynamic['test']['bpc']:.4f} bpc "
-              f"(static: val {metrics['val']['bpc']:.4f}, test {metrics['test']['bpc']:.4f})")
+        print(f"[evaluate] {dynamic['label']}: val {dynamic['val']['bpc']:.4f} bpc, test {dynamic['test']['bpc']:.4f} "
+              f"bpc (static: val {metrics['val']['bpc']:.4f}, test {metrics['test']['bpc']:.4f})")
     print(f"[evaluate] generalisation gap {metrics['generalization_gap']:+.4f}; random baseline "
           f"{metrics['baseline_bpc']:.3f} bpc; best step {metrics['best_step']}")
 

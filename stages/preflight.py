@@ -17,11 +17,13 @@ def run(params):
     report = run_preflight(params, Path("."))
     print(format_table(report["checks"]))
     seconds = report["seconds"]
-    print(f"[preflight] checks took {seconds['total']:.2f}s ({seconds['without_overfit']:.2f}s without the overfit check)")
+    print(f"[preflight] checks took {seconds['total']:.2f}s ({seconds['without_overfit']:.2f}s without the overfit "
+          "check)")
     if not report["passed"]:
         if in_throwaway_copy():  # a queued experiment: its log is all that stays of it (`dvc queue logs`)
             print(report_log_line(report))
-        raise PreflightFailed(f"check(s) failed: {', '.join(report['failed'])}; see the table above and reports/debug_report.json")
+        raise PreflightFailed(f"check(s) failed: {', '.join(report['failed'])}; see the table above and "
+                              "reports/debug_report.json")
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ PACKAGE = REPO_ROOT / "minigpt"
 
 
 def readme_layers() -> dict[str, int]:
-    """module path -> layer number, from docs/architecture.md's '## Architecture' section ('### N. `minigpt/pkg/` …' headings,
-    the package's modules listed under them)."""
+    """module path -> layer number, from docs/architecture.md's '## Architecture' section ('### N. `minigpt/pkg/` …'
+    headings, the package's modules listed under them)."""
     text = (REPO_ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     section = text.split("\n## Architecture\n", 1)[1].split("\n## ", 1)[0]
     layers, layer, package = {}, None, None
@@ -61,7 +61,7 @@ def test_the_library_is_packages_only():
 def test_every_module_is_in_exactly_one_layer_of_the_readme():
     layers = readme_layers()
     assert set(modules()) - set(layers) == set(), "modules missing from docs/architecture.md's Architecture section"
-    assert set(layers) - set(modules()) == set(), "docs/architecture.md's Architecture section lists modules that do not exist"
+    assert set(layers) - set(modules()) == set(), "docs/architecture.md lists modules that do not exist"
 
 
 def test_no_module_imports_a_module_above_it():
@@ -76,15 +76,20 @@ def test_the_layering_check_sees_an_upward_import(tmp_path):
     layers = readme_layers()
     probe = tmp_path / "probe.py"
     probe.write_text("def f():\n    from minigpt.train.loop import train\n")
-    assert "minigpt/train/loop.py" in minigpt_imports(probe) and layers["minigpt/train/loop.py"] > layers["minigpt/model/gpt.py"]
+    assert "minigpt/train/loop.py" in minigpt_imports(probe)
+    assert layers["minigpt/train/loop.py"] > layers["minigpt/model/gpt.py"]
 
 
 def lr_writers(path) -> bool:
     """Whether the file assigns something["lr"] (an optimizer group's learning rate)."""
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        else:
+            targets = [node.target] if isinstance(node, ast.AugAssign) else []
         for target in targets:
-            if isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant) and target.slice.value == "lr":
+            if isinstance(target, ast.Subscript) and isinstance(target.slice,
+                                                                ast.Constant) and target.slice.value == "lr":
                 return True
     return False
 

@@ -62,8 +62,10 @@ def test_kneser_ney_matches_a_brute_force_count_on_a_tiny_text(order, discount):
     val[50] = 5  # a rarely seen token, and unseen contexts around it
     got = kneser_ney_bits(train, {"val": val, "short": val[:3]}, vocab, [order], discount)[order]
     assert got["val"].shape == (len(val) - 1,) and got["short"].shape == (2,)
-    np.testing.assert_allclose(got["val"], brute_force_kneser_ney(list(train), list(val), vocab, order, discount), rtol=1e-10)
-    np.testing.assert_allclose(got["short"], brute_force_kneser_ney(list(train), list(val[:3]), vocab, order, discount), rtol=1e-10)
+    np.testing.assert_allclose(got["val"], brute_force_kneser_ney(list(train), list(val), vocab, order, discount),
+                               rtol=1e-10)
+    np.testing.assert_allclose(got["short"], brute_force_kneser_ney(list(train), list(val[:3]), vocab, order, discount),
+                               rtol=1e-10)
 
 
 def test_kneser_ney_distributions_sum_to_one_over_the_vocabulary():
@@ -127,14 +129,19 @@ def test_evaluate_refuses_baselines_of_other_data(project):
     ladder = json.loads(path.read_text())
     ladder["data"]["val"] = "0" * 64
     path.write_text(json.dumps(ladder))
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/evaluate.py")], cwd=root, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/evaluate.py")], cwd=root, capture_output=True,
+                            text=True)
     assert result.returncode == 1
-    assert "data/baselines/baselines.json: computed for other data (encoded val changed since); run `dvc repro baselines`" in result.stderr
+    assert ("data/baselines/baselines.json: computed for other data (encoded val changed since); "
+            "run `dvc repro baselines`") in result.stderr
     path.write_text(json.dumps({"rows": [], "data": {}}))
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/evaluate.py")], cwd=root, capture_output=True, text=True)
-    assert result.returncode == 1 and "baselines.json: not a baselines report (needs 'rows' with the unigram" in result.stderr
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/evaluate.py")], cwd=root, capture_output=True,
+                            text=True)
+    assert result.returncode == 1
+    assert "baselines.json: not a baselines report (needs 'rows' with the unigram" in result.stderr
     path.unlink()
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/evaluate.py")], cwd=root, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/evaluate.py")], cwd=root, capture_output=True,
+                            text=True)
     assert result.returncode == 1 and "baselines.json: not found; run `dvc repro baselines`" in result.stderr
     assert not (root / "reports/evaluation.json").exists()
 

@@ -39,7 +39,8 @@ def test_a_trained_checkpoint_loads_the_way_the_guides_script_reads_it(project):
     """debug_mini_gpt.py: MiniGPTConfig(**ckpt["config"]), load_state_dict(ckpt["model_state_dict"]), and
     PyTorch's tutorial: optimizer.load_state_dict(ckpt["optimizer_state_dict"]), ckpt["step"]."""
     root, source = project
-    params = recompose(root, source, ["train.max_steps=10", "train.warmup_steps=2", "train.eval_every=10", "train.eval_batches=2",
+    params = recompose(root, source,
+                       ["train.max_steps=10", "train.warmup_steps=2", "train.eval_every=10", "train.eval_batches=2",
                                       "train.sample_length=0"])
     train(params, root, require_gate=False, out=lambda _m: None)
     ckpt = torch.load(root / "models/mini_gpt_latest.pt", map_location="cpu", weights_only=True)
@@ -54,12 +55,14 @@ def test_a_trained_checkpoint_loads_the_way_the_guides_script_reads_it(project):
 def test_a_checkpoint_in_the_old_layout_is_converted_on_load(tmp_path):
     model = MiniGPT(small_config())
     path = tmp_path / "old.pt"
-    legacy = {"model_state": model.state_dict(), "model_config": model.config.model_dump(), "tokenizer_fingerprint": "f",
+    legacy = {"model_state": model.state_dict(), "model_config": model.config.model_dump(),
+              "tokenizer_fingerprint": "f",
               "optimizer_state": {"state": {}, "param_groups": []}, "step": 7, "history": [{"step": 1}]}
     torch.save(legacy, path)
     loaded = load_checkpoint(path)
     assert {"model_state_dict", "config", "optimizer_state_dict"} <= set(loaded) and "history" not in loaded
-    assert not {"model_state", "model_config", "optimizer_state"} & set(loaded) and loaded["upgraded_from_legacy_layout"]
+    assert not {"model_state", "model_config",
+                "optimizer_state"} & set(loaded) and loaded["upgraded_from_legacy_layout"]
     rebuilt = model_from_checkpoint(loaded)
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), rebuilt.state_dict().values()))
 
@@ -91,8 +94,10 @@ def test_pickled_objects_are_refused_in_one_line_that_never_suggests_unsafe_load
 
 @pytest.mark.parametrize("payload,message", [
     (torch.zeros(3), "it holds a Tensor, not a dictionary of fields"),
-    ({"model_state_dict": {"w": 1.0}, "config": {}, "tokenizer_fingerprint": "f"}, "'model_state_dict' holds non-tensor entries: w"),
-    ({"model_state_dict": [torch.zeros(1)], "config": {}, "tokenizer_fingerprint": "f"}, "'model_state_dict' is a list"),
+    ({"model_state_dict": {"w": 1.0}, "config": {}, "tokenizer_fingerprint": "f"},
+     "'model_state_dict' holds non-tensor entries: w"),
+    ({"model_state_dict": [torch.zeros(1)], "config": {}, "tokenizer_fingerprint": "f"},
+     "'model_state_dict' is a list"),
     ({"model_state_dict": {}, "tokenizer_fingerprint": "f"}, "it lacks 'config'"),
     (b"garbage", "not a loadable checkpoint (the file is damaged or is not a checkpoint)"),
 ])
@@ -110,7 +115,8 @@ def test_files_that_are_not_minigpt_checkpoints_are_named_clearly(tmp_path, payl
 @pytest.mark.parametrize(
     "change,expected",
     [
-        (dict(vocab=41), ["vocab_size: model 41 vs checkpoint 40", "size mismatches", "tok_emb.weight: checkpoint (40, 32) vs model (41, 32)"]),
+        (dict(vocab=41), ["vocab_size: model 41 vs checkpoint "
+                          "40", "size mismatches", "tok_emb.weight: checkpoint (40, 32) vs model (41, 32)"]),
         (dict(embedding_dim=64), ["embedding_dim: model 64 vs checkpoint 32", "size mismatches"]),
         (dict(num_layers=3), ["num_layers: model 3 vs checkpoint 2", "missing keys", "blocks.2.attn.qkv.weight"]),
         (dict(num_layers=1), ["num_layers: model 1 vs checkpoint 2", "unexpected keys", "blocks.1.ln1.weight"]),
@@ -148,7 +154,8 @@ def test_doctor_refuses_a_checkpoint_from_another_tokenizer(project):
     recompose(root, source, [])
     model, _ = train_quickly(root, 0)
     save_checkpoint(root / "models/other.pt", model, "0" * 64)
-    result = subprocess.run([sys.executable, "-m", "minigpt.evaluate.doctor", "--checkpoint", "models/other.pt"], cwd=root,
+    result = subprocess.run([sys.executable, "-m", "minigpt.evaluate.doctor", "--checkpoint", "models/other.pt"],
+                            cwd=root,
                             capture_output=True, text=True)
     assert result.returncode == 1
     assert "trained with tokenizer 0000000000000000" in result.stderr and "Traceback" not in result.stderr

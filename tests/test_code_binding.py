@@ -44,7 +44,8 @@ def test_dvc_code_deps_are_the_packages_of_the_stage_scripts_import_closure(name
     expected = as_dvc_deps(run_code_files() if name == "preflight" else import_closure(script))
     assert script in expected
     assert code_deps(stage) == expected, (
-        f"dvc.yaml stage {name}: missing {sorted(expected - code_deps(stage))}, extra {sorted(code_deps(stage) - expected)}")
+        f"dvc.yaml stage {name}: missing {sorted(expected - code_deps(stage))}, extra "
+        f"{sorted(code_deps(stage) - expected)}")
 
 
 def test_a_package_folder_dep_ignores_bytecode():
@@ -57,7 +58,8 @@ def test_preflight_binds_the_train_scripts_code_too():
     """DVC reruns train when its code changes; preflight must rerun too, or the gate (rightly) refuses."""
     assert set(import_closure("stages/train.py")) <= set(run_code_files())
     assert "minigpt/train/train_step.py" in import_closure("stages/train.py")
-    assert {"minigpt/train/train_step.py", "minigpt/preflight/training_checks.py"} <= set(import_closure("stages/preflight.py"))
+    assert {"minigpt/train/train_step.py",
+            "minigpt/preflight/training_checks.py"} <= set(import_closure("stages/preflight.py"))
 
 
 @pytest.mark.parametrize("name", list(dvc_stages()))
@@ -95,7 +97,8 @@ def test_the_gate_refuses_a_report_written_by_other_code_and_names_the_files(pro
     verify_gate(params, root)
     edit(code_copy / "minigpt/model/gpt.py")
     edit(code_copy / "minigpt/train/train_step.py")
-    with pytest.raises(GateError, match=r"mismatched fingerprint: code \(minigpt/model/gpt.py, minigpt/train/train_step.py\)"):
+    with pytest.raises(GateError,
+                       match=r"mismatched fingerprint: code \(minigpt/model/gpt.py, minigpt/train/train_step.py\)"):
         verify_gate(params, root)
     with pytest.raises(GateError, match="dvc repro preflight"):
         train(params, root, out=lambda _m: None)
@@ -167,7 +170,8 @@ def test_explicit_resume_from_continues_across_a_code_change_and_says_so(project
     explicit = recompose(root, source, FAST + [f"train.resume_from={latest}"])
     messages = []
     summary = train(explicit, root, require_gate=False, out=messages.append)
-    assert any("continuing" in m and "across a code change (changed: minigpt/model/gpt.py)" in m for m in messages), messages
+    said = "across a code change (changed: minigpt/model/gpt.py)"
+    assert any("continuing" in m and said in m for m in messages), messages
     assert summary["resumed_from_step"] == 20 and summary["steps"] == 40
 
     with pytest.raises(CheckpointError, match="already at step 40 .* nothing left to train"):

@@ -58,7 +58,8 @@ def test_committed_params_validate():
         ("model", "dropout", -0.1, "'model.dropout'"),
         ("model", "block_size", 0, "'model.block_size' = 0 is invalid; it must be >= 1"),
         ("model", "num_layers", 2.5, "'model.num_layers' = 2.5 has the wrong type"),
-        ("model", "num_heads", 3, "not divisible by 'model.num_heads' = 3; allowed num_heads for this width: 1, 2, 4, 8"),
+        ("model", "num_heads", 3,
+         "not divisible by 'model.num_heads' = 3; allowed num_heads for this width: 1, 2, 4, 8"),
         ("train", "precision", "fp16", "expected one of 'fp32', 'bf16', 'auto'"),
         ("train", "compile", 1, "'train.compile' = 1 has the wrong type"),
         ("train", "max_seconds", 0, "'train.max_seconds' = 0 is invalid; it must be > 0 (or null for no time limit)"),
@@ -71,7 +72,8 @@ def test_committed_params_validate():
         ("train", "warmup_steps", 5000, "'train.warmup_steps' = 5000 is not below 'train.max_steps' = 5000"),
         ("train", "min_lr", 0.5, "'train.min_lr' = 0.5 is above 'train.lr' = 0.001"),
         ("evaluate", "stride", 500, "'evaluate.stride' = 500 exceeds 'model.block_size' = 128"),
-        ("generate", "prompts", ["The", ""], "'generate.prompts' = ['The', ''] is invalid; it must be a non-empty list"),
+        ("generate", "prompts", ["The", ""],
+         "'generate.prompts' = ['The', ''] is invalid; it must be a non-empty list"),
         ("generate", "max_new_tokens", 10**6, "it must be between 1 and 100000"),
     ],
 )
@@ -86,7 +88,8 @@ def test_invalid_values_are_named_with_the_rule(section, key, value, expected):
 def test_unknown_key_lists_allowed_keys():
     raw = _committed()
     raw["model"]["embed_dim"] = 64
-    with pytest.raises(ConfigError, match=r"unknown key 'model.embed_dim'. Allowed keys in 'model': block_size, embedding_dim"):
+    with pytest.raises(ConfigError,
+                       match=r"unknown key 'model.embed_dim'. Allowed keys in 'model': block_size, embedding_dim"):
         params_from_dict(raw)
 
 

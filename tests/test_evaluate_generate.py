@@ -81,7 +81,8 @@ def test_bf16_scoring_stays_close_to_fp32():
     (SamplingSettings(repetition_penalty=0.9), "repetition_penalty' = 0.9 is invalid; it must be a finite number >= 1"),
 ])
 def test_invalid_sampling_settings_are_named(settings, message):
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(ConfigError,
+                       match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
         settings.validate(30)
 
 
@@ -109,7 +110,8 @@ def test_prompt_characters_outside_the_vocabulary_are_refused():
     tok = CharTokenizer.from_text("The cat\n", placeholder="\ufffd")
     clean = CleanConfig(unicode_form="NFC", min_char_count=1, placeholder="\ufffd", detokenize_markup=False)
     assert prepare_prompt("The", 0, tok, clean) == "The"
-    with pytest.raises(ConfigError, match=r"'generate.prompts\[2\]' = 'Thé' has characters outside the vocabulary: 'é' \(U\+00E9\)"):
+    with pytest.raises(ConfigError,
+                       match=r"'generate.prompts\[2\]' = 'Thé' has characters outside the vocabulary: 'é' \(U\+00E9\)"):
         prepare_prompt("Thé", 2, tok, clean)
 
 
@@ -119,14 +121,15 @@ def test_evaluate_and_generate_stages_on_a_trained_checkpoint(project):
     model, tok = train_quickly(root, 250)
     save_checkpoint(root / "models/mini_gpt_best.pt", model, tok.fingerprint, best_step=250, elapsed_s=1.0)
     for stage in ("evaluate", "generate"):
-        result = subprocess.run([sys.executable, str(REPO_ROOT / f"stages/{stage}.py")], cwd=root, capture_output=True, text=True)
+        result = subprocess.run([sys.executable, str(REPO_ROOT / f"stages/{stage}.py")], cwd=root, capture_output=True,
+                                text=True)
         assert result.returncode == 0, result.stderr
         if stage == "evaluate":
             assert "[evaluate] dynamic evaluation: the model learns on each split while scoring it" in result.stdout
     metrics = json.loads((root / "reports/evaluation.json").read_text())
     dynamic = metrics["dynamic"]  # its own key: the static figures are scored without it
     assert dynamic["label"].startswith("dynamic evaluation") and dynamic["lr"] == 1e-4
-    assert dynamic["val"]["tokens"] == metrics["val"]["tokens"] and dynamic["test"]["tokens"] == metrics["test"]["tokens"]
+    assert all(dynamic[split]["tokens"] == metrics[split]["tokens"] for split in ("val", "test"))
     assert dynamic["val"]["bpc"] != metrics["val"]["bpc"]
     val_len = len(np.load(root / "data/encoded/val.npy"))
     assert metrics["val"]["tokens"] == val_len - 1
@@ -144,7 +147,8 @@ def test_untrained_checkpoint_is_an_error_not_a_metric(project):
     recompose(root, source, [])
     model, tok = train_quickly(root, 0)
     save_checkpoint(root / "models/mini_gpt_best.pt", model, tok.fingerprint)
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/evaluate.py")], cwd=root, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/evaluate.py")], cwd=root, capture_output=True,
+                            text=True)
     assert result.returncode == 1 and "does not beat the unigram baseline's" in result.stderr
     assert "Likely causes: the weights were not loaded or not trained" in result.stderr
     assert not (root / "reports/evaluation.json").exists()
@@ -155,7 +159,8 @@ def test_generation_refuses_bad_settings_and_a_tokenizer_mismatch(project, capsy
     recompose(root, source, [])
     model, tok = train_quickly(root, 0)
     save_checkpoint(root / "models/mini_gpt_best.pt", model, tok.fingerprint)
-    args = ["--params", str(root / "params.yaml"), "--root", str(root), "--checkpoint", str(root / "models/mini_gpt_best.pt")]
+    args = ["--params", str(root / "params.yaml"), "--root", str(root), "--checkpoint",
+            str(root / "models/mini_gpt_best.pt")]
     assert generate_main(["--prompt", "The", "--max-new-tokens", "5", *args]) == 0
     assert capsys.readouterr().out.startswith("The")
     assert generate_main(["--prompt", "The", "--top-k", "1000", *args]) == 1
@@ -171,7 +176,8 @@ def test_generation_refuses_bad_settings_and_a_tokenizer_mismatch(project, capsy
 
 @pytest.mark.parametrize("argv,message", [
     (["--prompt", ""], "'--prompt' is empty"),
-    (["--prompt", "The", "--max-new-tokens", "-5"], "'--max-new-tokens' = -5 is invalid; it must be between 1 and 100000"),
+    (["--prompt", "The", "--max-new-tokens", "-5"],
+     "'--max-new-tokens' = -5 is invalid; it must be between 1 and 100000"),
     (["--prompt", "The", "--max-new-tokens", "1000000000000"], "'--max-new-tokens' = 1000000000000 is invalid"),
     (["--prompt", "The", "--temperature", "inf"], "'--temperature' = inf is invalid; it must be a finite number > 0"),
     (["--prompt", "The", "--top-p", "2"], "'--top-p' = 2.0 is invalid"),
@@ -181,7 +187,8 @@ def test_generation_cli_refuses_bad_options_by_their_own_names(project, capsys, 
     recompose(root, source, [])
     model, tok = train_quickly(root, 0)
     save_checkpoint(root / "models/mini_gpt_best.pt", model, tok.fingerprint)
-    args = ["--params", str(root / "params.yaml"), "--root", str(root), "--checkpoint", str(root / "models/mini_gpt_best.pt")]
+    args = ["--params", str(root / "params.yaml"), "--root", str(root), "--checkpoint",
+            str(root / "models/mini_gpt_best.pt")]
     assert generate_main([*argv, *args]) == 1
     out, err = capsys.readouterr()
     assert message in err and len(err.strip().splitlines()) == 1 and out == ""

@@ -9,7 +9,8 @@ from minigpt.model.gpt import KVCache, MiniGPT, MiniGPTConfig
 
 
 def config(**overrides):
-    base = dict(vocab_size=50, block_size=16, embedding_dim=32, num_heads=4, num_layers=2, expansion_factor=4, dropout=0.0)
+    base = dict(vocab_size=50, block_size=16, embedding_dim=32, num_heads=4, num_layers=2, expansion_factor=4,
+                dropout=0.0)
     return MiniGPTConfig(**{**base, **overrides})
 
 
@@ -58,7 +59,8 @@ def test_generate_costs_one_position_per_token_and_restarts_a_full_window_from_i
         return real_forward(self, inputs, targets, cache)
 
     monkeypatch.setattr(MiniGPT, "forward", spy)
-    out = model.generate(torch.zeros(2, 14, dtype=torch.long), max_new_tokens=6, generator=torch.Generator().manual_seed(0))
+    out = model.generate(torch.zeros(2, 14, dtype=torch.long), max_new_tokens=6,
+                         generator=torch.Generator().manual_seed(0))
     assert out.shape == (2, 20)
     # the prompt (14) fills the cache, one position per token until 16, then the last 8 tokens, then one at a time
     assert [(t, start) for t, start, _ in seen] == [(14, 0), (1, 14), (1, 15), (8, 0), (1, 8), (1, 9)]

@@ -1,4 +1,5 @@
-"""The model and optimizer options beyond the guide's MiniGPT (model.position / qk_norm / mlp, train.optimizer): each builds what it says, trains through the gated pipeline, passes preflight, and a bug planted
+"""The model and optimizer options beyond the guide's MiniGPT (model.position / qk_norm / mlp, train.optimizer): each
+builds what it says, trains through the gated pipeline, passes preflight, and a bug planted
 in it is caught by the check that owns it."""
 
 import copy
@@ -34,7 +35,8 @@ def check(report, name):
 
 
 @pytest.mark.parametrize("options", [["model.position=rotary"], ["model.qk_norm=true"], ["model.mlp=relu2"],
-                                     ["model.mlp=swiglu"], ["train.optimizer=muon"], ALL_OPTIONS, [*ALL_OPTIONS, "train.precision=bf16"]],
+                                     ["model.mlp=swiglu"], ["train.optimizer=muon"], ALL_OPTIONS,
+                                     [*ALL_OPTIONS, "train.precision=bf16"]],
                          ids=lambda o: "+".join(x.split("=")[0].split(".")[1] + "=" + x.split("=")[1] for x in o))
 def test_each_option_passes_preflight_and_trains_through_the_gate(project, options):
     root, source = project
@@ -171,7 +173,8 @@ def test_rotary_needs_an_even_head_width(project):
 
 
 def test_a_checkpoint_config_from_before_the_options_builds_the_guides_model():
-    old = dict(vocab_size=40, block_size=16, embedding_dim=32, num_heads=4, num_layers=2, expansion_factor=4, dropout=0.0)
+    old = dict(vocab_size=40, block_size=16, embedding_dim=32, num_heads=4, num_layers=2, expansion_factor=4,
+               dropout=0.0)
     config = MiniGPTConfig(**old)
     assert (config.position, config.qk_norm, config.mlp) == ("learned", False, "gelu")
     assert set(MiniGPT(config).state_dict()) == set(MiniGPT(small_config()).state_dict())

@@ -15,7 +15,8 @@ def test_decay_split_puts_every_parameter_in_exactly_one_group():
     decayed = {names[id(p)] for p in decay["params"]}
     kept = {names[id(p)] for p in no_decay["params"]}
     assert decayed.isdisjoint(kept) and decayed | kept == set(names.values())
-    assert {"tok_emb.weight", "pos_emb.weight", "head.weight", "blocks.0.attn.qkv.weight", "blocks.1.mlp.fc.weight"} <= decayed
+    assert {"tok_emb.weight", "pos_emb.weight", "head.weight", "blocks.0.attn.qkv.weight",
+            "blocks.1.mlp.fc.weight"} <= decayed
     assert {"blocks.0.attn.qkv.bias", "blocks.0.ln1.weight", "blocks.0.ln1.bias", "ln_f.weight"} <= kept
     assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() == 1 for p in no_decay["params"])
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
@@ -48,7 +49,9 @@ def test_cosine_with_warmup_at_its_boundaries():
 
 
 def test_time_budget_clock_drives_the_decay_when_it_is_further_along():
-    lr = lambda s, f: cosine_with_warmup(s, warmup_steps=10, total_steps=1010, max_lr=1e-3, time_fraction=f)  # noqa: E731
+    def lr(s, f):
+        return cosine_with_warmup(s, warmup_steps=10, total_steps=1010, max_lr=1e-3, time_fraction=f)
+
     assert lr(5, 0.9) == pytest.approx(5e-4), "warmup stays in steps"
     assert lr(20, 0.5) == pytest.approx(1e-4 + 0.5 * 9e-4), "half the budget spent: half-way down the cosine"
     assert lr(20, 1.0) == pytest.approx(1e-4) and lr(20, 3.0) == pytest.approx(1e-4)

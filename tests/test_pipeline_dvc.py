@@ -64,7 +64,8 @@ def test_preflight_gates_each_learning_rate_and_stops_dvc_on_failure(tmp_path, f
     assert report["passed"] is False and report["failed"] == ["lr_stability"]
 
 
-ALL_STAGES = ["fetch", "clean", "tokenizer", "encode", "baselines", "preflight", "train", "evaluate", "generate", "report"]
+ALL_STAGES = ["fetch", "clean", "tokenizer", "encode", "baselines", "preflight", "train", "evaluate", "generate",
+              "report"]
 LR_STAGES = ["preflight", "train", "evaluate", "generate", "report"]
 
 
@@ -74,7 +75,8 @@ def test_full_dag_then_noop_then_lr_sweep_through_the_queue(tmp_path, fixture_di
     first = project.dvc("repro")
     assert project.stages_run(first.stdout) == ALL_STAGES
     root = project.root
-    for artifact in ["data/raw/manifest.json", "data/encoded/meta.json", "reports/clean.json", "reports/debug_report.json",
+    for artifact in ["data/raw/manifest.json", "data/encoded/meta.json", "reports/clean.json",
+                     "reports/debug_report.json",
                      "models/mini_gpt_latest.pt", "models/mini_gpt_best.pt", "reports/train_log.jsonl",
                      "reports/train_curves.png", "reports/train_summary.json", "reports/plots/train.csv",
                      "reports/evaluation.json", "reports/samples.md", "reports/generation.json", "reports/metrics.json",
@@ -127,7 +129,8 @@ def test_full_dag_then_noop_then_lr_sweep_through_the_queue(tmp_path, fixture_di
     wide = subprocess.run([sys.executable, "-m", "dvc", "exp", "show", "--no-pager"], cwd=root, capture_output=True,
                           text=True, env={**project.env, "COLUMNS": "400"}).stdout.splitlines()
     header = next(line for line in wide if "Experiment" in line)
-    assert header.index("train.lr") + len("train.lr") <= 120 and header.index("val_bpc") < header.index("train.lr"), header
+    assert header.index("train.lr") + len("train.lr") <= 120, header
+    assert header.index("val_bpc") < header.index("train.lr"), header
     assert header.index("vs_base") < header.index("train.lr"), "the baseline margin is visible beside val_bpc"
     compared = project.run(sys.executable, "-m", "minigpt.report", "compare", *names, *refused, "--out", "compare.html")
     assert compared.returncode == 0, compared.stderr
@@ -151,7 +154,8 @@ def test_full_dag_then_noop_then_lr_sweep_through_the_queue(tmp_path, fixture_di
 
 
 def test_a_failing_preflight_stops_dvc_repro_before_train(tmp_path, fixture_dir):
-    project = DvcProject(tmp_path / "proj", ["experiment=debug", "data=local", f"data.path={fixture_dir}", "train.lr=1.0"])
+    project = DvcProject(tmp_path / "proj",
+                         ["experiment=debug", "data=local", f"data.path={fixture_dir}", "train.lr=1.0"])
     result = project.dvc("repro", check=False)
     assert result.returncode != 0
     assert project.stages_run(result.stdout) == ["fetch", "clean", "tokenizer", "encode", "baselines", "preflight"]

@@ -248,7 +248,8 @@ def test_swapped_tokenizer_with_same_size_fails_tokenizer_and_gate(project):
 def test_preflight_stage_exits_nonzero_after_writing_the_report(project):
     root, source = project
     recompose(root, source, ["train.lr=1.0"])
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/preflight.py")], cwd=root, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/preflight.py")], cwd=root, capture_output=True,
+                            text=True)
     assert result.returncode == 1
     assert "lr_stability           FAILED" in result.stdout
     assert "likely cause: learning rate too high" in result.stdout
@@ -474,7 +475,8 @@ def test_the_tokenizer_check_covers_every_character_of_every_split(project):
     clean = root / "data/clean/val.txt"
     text = clean.read_text()
     position = len(text) - 10  # far past any prefix
-    replacement = next(c for c in CharTokenizer.load(root / "data/tokenizer/char_tokenizer.json").chars if c != text[position])
+    chars = CharTokenizer.load(root / "data/tokenizer/char_tokenizer.json").chars
+    replacement = next(c for c in chars if c != text[position])
     clean.write_text(text[:position] + replacement + text[position + 1:])
     report = run_preflight(params, root)
     assert failed(report) == ["tokenizer"]

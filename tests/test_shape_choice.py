@@ -21,7 +21,8 @@ def shapes(small_tok_s: float, production_tok_s: float) -> list[ShapeTiming]:
 
 
 @pytest.mark.parametrize("machine,budget_s,small_tok_s,production_tok_s,expected", [
-    # the measurements the rule was calibrated on (docs/data-and-config.md, "Budget shapes"): each shape's tokens/s as preflight timed it
+    # the measurements the rule was calibrated on (docs/data-and-config.md, "Budget shapes"): each shape's tokens/s as
+    # preflight timed it
     ("AMD EPYC avx512_bf16, 72 s", 72, 34_474, 12_211, "small"),
     ("AMD EPYC avx512_bf16, 15 min", 900, 28_016, 11_153, "production"),
     ("Intel Xeon AMX, 72 s", 72, 28_400, 11_400, "small"),
@@ -120,7 +121,8 @@ def test_budget_presets_choose_among_the_calibrated_shapes(tmp_path, preset):
     assert params.with_shape("small").model.embedding_dim == 128
     production = params.with_shape("production").model
     # the production model as composed, with the options that won (docs/data-and-config.md, "Model options")
-    assert production.model_dump() == {**params.model.model_dump(), "position": "rotary", "qk_norm": True, "mlp": "swiglu"}
+    assert production.model_dump() == {**params.model.model_dump(), "position": "rotary", "qk_norm": True,
+                                       "mlp": "swiglu"}
     assert {params.with_shape(name).train.optimizer for name in ("small", "production")} == {"muon"}
 
 

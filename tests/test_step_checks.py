@@ -54,7 +54,8 @@ def test_a_schedule_that_ignores_the_clock_fails_lr_schedule(project, monkeypatc
     params = recompose(root, source, ["train.max_seconds=30"])
     real = train_step.cosine_with_warmup
     monkeypatch.setattr(train_step, "cosine_with_warmup",
-                        lambda step, warmup, total, peak, floor=None, time_fraction=0.0: real(step, warmup, total, peak, floor))
+                        lambda step, warmup, total, peak, floor=None, time_fraction=0.0:
+                            real(step, warmup, total, peak, floor))
     report = run_preflight(params, root)
     assert failed(report) == ["lr_schedule"]
     assert "on the clock at step" in check(report, "lr_schedule")["message"]
@@ -89,4 +90,5 @@ def test_clipping_over_the_wrong_tensors_fails_clipping_contract(project, monkey
     report = run_preflight(params, root)
     assert "clipping_contract" in failed(report)
     message = check(report, "clipping_contract")["message"]
-    assert "is not the global gradient norm before clipping" in message and "the optimizer stepped on a gradient of norm" in message
+    assert "is not the global gradient norm before clipping" in message
+    assert "the optimizer stepped on a gradient of norm" in message

@@ -86,7 +86,8 @@ def test_every_evaluation_of_a_run_scores_the_same_validation_batches(project, m
     monkeypatch.setattr(batch_loss, "evaluate_model", recording)
     train(params, root, require_gate=False, out=lambda _m: None)
     assert len(seen) == 4 and len(seen[0]) == params.train.eval_batches
-    assert all(torch.equal(x, x0) and torch.equal(y, y0) for probe in seen[1:] for (x, y), (x0, y0) in zip(probe, seen[0]))
+    assert all(torch.equal(x, x0) and torch.equal(y, y0)
+               for probe in seen[1:] for (x, y), (x0, y0) in zip(probe, seen[0]))
     assert all(torch.equal(x[:, 1:], y[:, :-1]) for x, y in seen[0])
 
 
@@ -145,7 +146,8 @@ def test_resume_from_a_checkpoint_of_other_settings(project):
     messages = []
     train(other, root, require_gate=False, out=messages.append)
     assert any("not resuming" in m for m in messages)
-    explicit = recompose(root, source, FAST + ["train.weight_decay=0.01", f"train.resume_from={root / 'models/mini_gpt_latest.pt'}"])
+    explicit = recompose(root, source,
+                         FAST + ["train.weight_decay=0.01", f"train.resume_from={root / 'models/mini_gpt_latest.pt'}"])
     with pytest.raises(CheckpointError, match="train.resume_from: .* other data/model/training settings"):
         train(explicit, root, require_gate=False, out=lambda _m: None)
 
@@ -197,7 +199,8 @@ def test_unwritable_models_folder_is_a_clear_error(project):
 @pytest.mark.slow
 def test_two_process_ddp_run(project):
     root, source = project
-    params = recompose(root, source, ["train.max_steps=20", "train.warmup_steps=5", "train.eval_every=10", "train.eval_batches=2",
+    params = recompose(root, source,
+                       ["train.max_steps=20", "train.warmup_steps=5", "train.eval_every=10", "train.eval_batches=2",
                                       "train.sample_length=0"])
     run_preflight(params, root)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -250,7 +253,8 @@ def test_time_budget_under_ddp_stops_every_rank_at_the_same_step(project):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum,code,name", [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")])
-def test_ctrl_c_or_sigterm_stops_after_the_step_with_a_checkpoint_and_resumes_bitwise(project, tmp_path, signum, code, name):
+def test_ctrl_c_or_sigterm_stops_after_the_step_with_a_checkpoint_and_resumes_bitwise(
+        project, tmp_path, signum, code, name):
     root, source = project
     params = recompose(root, source, ["train.max_steps=150", "train.eval_every=50", "train.eval_batches=2",
                                       "train.sample_length=0", "model.dropout=0.1"])
@@ -308,7 +312,8 @@ def test_a_stale_lock_and_half_written_temp_files_are_cleared(project):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     (root / "models").mkdir(exist_ok=True)
-    (root / "models/.train.lock").write_text(json.dumps({"pid": gone.pid, "start": "1", "host": __import__("socket").gethostname()}))
+    (root / "models/.train.lock").write_text(json.dumps({"pid": gone.pid, "start": "1",
+                                                         "host": __import__("socket").gethostname()}))
     leftover = root / "models/.mini_gpt_best.pt.k3j2h1.tmp"
     leftover.write_bytes(b"half a checkpoint")
     messages = []
@@ -330,7 +335,8 @@ def test_a_checkpoint_write_that_fails_mid_run_names_the_path_and_keeps_the_last
         return real_save(obj, path, *args, **kwargs)
 
     monkeypatch.setattr(checkpoint_module.torch, "save", disk_full_after_two)
-    with pytest.raises(CheckpointError, match=r"mini_gpt_\w+\.pt: could not write the checkpoint \(No space left on device\); "
+    with pytest.raises(CheckpointError,
+                       match=r"mini_gpt_\w+\.pt: could not write the checkpoint \(No space left on device\); "
                                               "the previous one is left as it was"):
         train(params, root, require_gate=False, out=lambda _m: None)
     monkeypatch.undo()

@@ -18,7 +18,8 @@ def compose_params(output: str | Path, conf_dir: str | Path = "conf", overrides:
 
     conf_dir = Path(conf_dir).resolve()
     with atomic_path(output) as tmp:
-        compose_and_dump(tmp.with_suffix(".yaml"), str(conf_dir), None, "config", str(conf_dir.parent), list(overrides or []))
+        compose_and_dump(tmp.with_suffix(".yaml"), str(conf_dir), None, "config", str(conf_dir.parent),
+                         list(overrides or []))
         tmp.with_suffix(".yaml").replace(tmp)
 
 

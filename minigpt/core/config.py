@@ -76,9 +76,9 @@ class ModelConfig(Section):
     num_layers: int = _must(">= 1", ge=1)
     expansion_factor: int = _must(">= 1", ge=1)
     dropout: float = _must("in [0, 1)", ge=0, lt=1)
-    # Options beyond the guide's MiniGPT (docs/data-and-config.md, "Model options"; tied embeddings and bias-free layers were measured
-    # and dropped there); the defaults build the guide's model, and a
-    # checkpoint written before these keys existed loads as that model.
+    # Options beyond the guide's MiniGPT (docs/data-and-config.md, "Model options"; tied embeddings and bias-free layers
+    # were measured and dropped there); the defaults build the guide's model, and a checkpoint written before these
+    # keys existed loads as that model.
     # learned: a position embedding table; rotary: q and k rotated by their position (no table)
     position: Literal["learned", "rotary"] = "learned"
     # true: q and k RMS-normalised per head before attention (parameter-free)
@@ -132,7 +132,8 @@ class TrainConfig(Section):
             raise ValueError(f"'train.min_lr' = {self.min_lr} is above 'train.lr' = {self.lr}; it must be <= lr.")
         if self.warmup_steps >= self.max_steps:
             raise ValueError(f"'train.warmup_steps' = {self.warmup_steps} is not below 'train.max_steps' = "
-                             f"{self.max_steps}; the run would never reach its peak LR. Lower warmup_steps or raise max_steps.")
+                             f"{self.max_steps}; the run would never reach its peak LR. Lower warmup_steps or raise "
+                             "max_steps.")
         return self
 
 
@@ -163,7 +164,8 @@ class EvaluateConfig(Section):
 
 
 class WatchConfig(Section):
-    """The training loop's watchdogs (minigpt.train.watchdogs); docs/preflight.md, "Watchdogs" says how each was calibrated."""
+    """The training loop's watchdogs (minigpt.train.watchdogs); docs/preflight.md, "Watchdogs" says how each was
+    calibrated."""
     lr_rtol: float = _must("> 0", gt=0)
     dead_grad_steps: int = _must(">= 1", ge=1)
     first_evals: int = _must(">= 2", ge=2)
@@ -180,7 +182,8 @@ class WatchConfig(Section):
 
 class BaselinesConfig(Section):
     # orders of the interpolated Kneser-Ney character n-grams (all counted in one pass)
-    ngram_orders: list[Annotated[int, Field(ge=1, le=16)]] = _must("a non-empty list of orders in [1, 16]", min_length=1)
+    ngram_orders: list[Annotated[int, Field(ge=1, le=16)]] = _must("a non-empty list of orders in [1, 16]",
+                                                                   min_length=1)
     discount: float = _must("in (0, 1]", gt=0, le=1)
     # 0 leaves PPMd out of the ladder
     ppmd_order: int = _must("0 (off) or in [2, 64]", ge=0, le=64)
@@ -323,7 +326,8 @@ def _explain(error: dict, raw: dict, source: str, prefix: str | None = None) -> 
         return (f"{source}: missing key '{key}' ({_type_name(section.model_fields[name].annotation)}). "
                 "Add it to conf/ and recompose params.yaml.")
     if len(loc) == 1:
-        return f"{source}: '{loc[0]}' must be {_type_name(Params.model_fields[loc[0]].annotation)}; got {error['input']!r}."
+        expected = _type_name(Params.model_fields[loc[0]].annotation)
+        return f"{source}: '{loc[0]}' must be {expected}; got {error['input']!r}."
     section, name = _field_at(loc)
     info = section.model_fields[name]
     shown = repr(raw[loc[0]][name])  # the whole value, also when one item of a list is wrong

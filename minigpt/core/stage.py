@@ -26,7 +26,8 @@ def stage_main(name: str, run: Callable[[Params], None], argv: list[str] | None 
         print(f"[{name}] {'' if code != 1 else 'error: '}{exc}", file=sys.stderr)
         return code
     except KeyboardInterrupt:
-        print(f"[{name}] interrupted (Ctrl-C); nothing was half-written (outputs are replaced atomically)", file=sys.stderr)
+        print(f"[{name}] interrupted (Ctrl-C); nothing was half-written (outputs are replaced "
+              "atomically)", file=sys.stderr)
         return 130
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 alone reports
         print(f"[{name}] done in {time.perf_counter() - start:.2f}s")

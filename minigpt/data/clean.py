@@ -64,7 +64,8 @@ def clean_splits(raw: dict[str, str], cfg: CleanConfig) -> tuple[dict[str, str],
             "replaced": sum(replaced.values()),
             "replaced_distinct": len(replaced),
             "most_replaced": [
-                {"char": ch, "codepoint": f"U+{ord(ch):04X}", "count": n} for ch, n in replaced.most_common(TOP_REPLACED)
+                {"char": ch, "codepoint": f"U+{ord(ch):04X}",
+                 "count": n} for ch, n in replaced.most_common(TOP_REPLACED)
             ],
         }
     report = {

@@ -18,7 +18,8 @@ META_NAME = "meta.json"
 def encode_splits(texts: dict[str, str], tokenizer: CharTokenizer, out_dir: str | Path) -> dict:
     """Write <split>.npy and meta.json to out_dir (atomically, as a whole directory); return the metadata."""
     dtype = ids_dtype(tokenizer.vocab_size)
-    meta = {"tokenizer_fingerprint": tokenizer.fingerprint, "vocab_size": tokenizer.vocab_size, "dtype": dtype.name, "splits": {}}
+    meta = {"tokenizer_fingerprint": tokenizer.fingerprint, "vocab_size": tokenizer.vocab_size, "dtype": dtype.name,
+            "splits": {}}
     with atomic_directory(out_dir) as tmp:
         for split in SPLITS:
             ids = tokenizer.encode(texts[split]).astype(dtype, copy=False)
@@ -42,7 +43,8 @@ def split_hashes(encoded_dir: str | Path, splits=SPLITS) -> dict[str, str | None
 
 def load_meta(encoded_dir: str | Path) -> dict:
     path = Path(encoded_dir) / META_NAME
-    meta = read_json(path, missing="not found", invalid="not valid JSON", fix="run `dvc repro encode`.", error=DataError)
+    meta = read_json(path, missing="not "
+                                   "found", invalid="not valid JSON", fix="run `dvc repro encode`.", error=DataError)
     splits = meta.get("splits") if isinstance(meta, dict) else None
     well_formed = (
         isinstance(meta, dict) and isinstance(meta.get("tokenizer_fingerprint"), str) and isinstance(splits, dict)

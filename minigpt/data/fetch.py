@@ -44,7 +44,7 @@ class Release:
     members: dict[str, tuple[str, int]] = field(default_factory=dict)
 
 
-# Published values for wikitext-2-raw-v1 (docs/data-and-config.md, "Data"; the sizes and SHA-256 of the official release).
+# Published values for wikitext-2-raw-v1 (the sizes and SHA-256 of the official release; docs/data-and-config.md).
 WIKITEXT2_RAW = Release(
     name="wikitext-2-raw-v1",
     archive_sha256="ef7edb566e3e2b2d31b29c1fdb0c89a4cc683597484c3dc2517919c615435a11",
@@ -95,9 +95,9 @@ def read_zip(archive: Path) -> dict[str, bytes]:
 
 
 def _too_large(origin: str, size: int) -> DataError:
-    return DataError(f"{origin}: {size:,} bytes, above the {MAX_SPLIT_BYTES:,}-byte limit for one split (minigpt.data.fetch."
-                     "MAX_SPLIT_BYTES, well above WikiText-103's 0.54 GB train file); it is not a WikiText split, "
-                     "or an archive that expands far beyond its size.")
+    return DataError(f"{origin}: {size:,} bytes, above the {MAX_SPLIT_BYTES:,}-byte limit for one split "
+                     "(minigpt.data.fetch.MAX_SPLIT_BYTES, well above WikiText-103's 0.54 GB train file); it is not a "
+                     "WikiText split, or an archive that expands far beyond its size.")
 
 
 def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, archive: Path) -> bytes:
@@ -121,7 +121,8 @@ def read_directory(directory: Path) -> dict[str, bytes]:
                     raise _too_large(str(candidate / name), size)
             return {name: (candidate / name).read_bytes() for name in SPLIT_FILES.values()}
     missing = [n for n in SPLIT_FILES.values() if not (directory / n).is_file()]
-    raise DataError(f"{directory}: missing {', '.join(missing)}; the directory must hold wiki.train.raw, wiki.valid.raw and wiki.test.raw.")
+    raise DataError(f"{directory}: missing {', '.join(missing)}; the directory must hold wiki.train.raw, "
+                    "wiki.valid.raw and wiki.test.raw.")
 
 
 def read_local(path: Path) -> dict[str, bytes]:
@@ -189,7 +190,8 @@ def _download_once(url: str, dest: Path, timeout_s: float) -> None:
                 raise DataError(f"the server announces {total:,} bytes, above the {MAX_DOWNLOAD_BYTES:,}-byte download "
                                 "limit; this is not the WikiText archive")
             received = 0
-            with tqdm(total=total, unit="B", unit_scale=True, desc=f"download {url.rsplit('/', 1)[-1]}", disable=None) as bar:
+            with tqdm(total=total, unit="B", unit_scale=True, desc=f"download {url.rsplit('/', 1)[-1]}",
+                      disable=None) as bar:
                 while True:
                     chunk = response.read(1 << 16)
                     if not chunk:

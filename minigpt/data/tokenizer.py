@@ -105,8 +105,10 @@ class CharTokenizer:
         path = Path(path)
         payload = read_json(path, missing="tokenizer file not found", invalid="not a valid tokenizer JSON",
                             fix="run `dvc repro tokenizer`.", error=DataError)
-        if not isinstance(payload, dict) or payload.get("format") != FORMAT or not isinstance(payload.get("chars"), list):
-            raise DataError(f"{path}: not a {FORMAT} file (needs 'format' and a 'chars' list); run `dvc repro tokenizer`.")
+        if (not isinstance(payload, dict) or payload.get("format") != FORMAT
+                or not isinstance(payload.get("chars"), list)):
+            raise DataError(f"{path}: not a {FORMAT} file (needs 'format' and a 'chars' list); run `dvc repro "
+                            "tokenizer`.")
         tokenizer = cls(payload["chars"], payload.get("placeholder"))
         if payload.get("fingerprint") != tokenizer.fingerprint:
             raise DataError(

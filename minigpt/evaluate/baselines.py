@@ -89,7 +89,8 @@ def baseline_ladder(encoded_dir: str | Path, cfg) -> dict:
                             {"order": cfg.ppmd_order, "mem_mb": cfg.ppmd_mem_mb}))
     for name, compress, extra in compressors:
         started = time.perf_counter()
-        bits = {s: conditional_bits(compress, train_bytes, ids_as_bytes(ids, vocab), width) for s, ids in splits.items()}
+        bits = {s: conditional_bits(compress, train_bytes, ids_as_bytes(ids, vocab),
+                                    width) for s, ids in splits.items()}
         rows.append(_row(name, "adaptive", bits, tokens, time.perf_counter() - started, **extra))
     static = [r for r in rows if r["kind"] == "static"]
     best = min(static, key=lambda r: r["val"]["bpc"])

@@ -1,5 +1,5 @@
-"""The evaluate stage: the best checkpoint scored on the full val and test splits (minigpt.evaluate.scoring: every target
-once, with at least block_size - stride tokens of context), placed on the baselines ladder; with
+"""The evaluate stage: the best checkpoint scored on the full val and test splits (minigpt.evaluate.scoring: every
+target once, with at least block_size - stride tokens of context), placed on the baselines ladder; with
 evaluate.dynamic, a separate dynamic-evaluation figure (minigpt.evaluate.dynamic)."""
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ def load_baselines(root: Path) -> dict:
     ladder = read_json(path, missing="not found", invalid="not valid JSON", fix="run `dvc repro baselines`.",
                        error=DataError)
     meta = load_meta(root / ENCODED_DIR)
-    names = {r.get("name", "") for r in ladder.get("rows") or [] if isinstance(r, dict)} if isinstance(ladder, dict) else set()
-    if (not isinstance(ladder, dict) or not isinstance(ladder.get("data"), dict) or ladder.get("best_static") not in names
+    rows = (ladder.get("rows") or []) if isinstance(ladder, dict) else []
+    names = {r.get("name", "") for r in rows if isinstance(r, dict)}
+    if (not isinstance(ladder, dict) or not isinstance(ladder.get("data"),
+                                                       dict) or ladder.get("best_static") not in names
             or not any(n.startswith("unigram") for n in names)):
         raise DataError(f"{path}: not a baselines report (needs 'rows' with the unigram and the best static baseline, "
                         "and 'data'); run `dvc repro baselines`.")
@@ -78,7 +80,10 @@ def evaluate_checkpoint(params, root, checkpoint_path=None) -> dict:
         raise MinigptError(f"'evaluate.stride' = {stride} exceeds the checkpoint's block_size {block}.")
     # evaluate.precision auto: the faster forward pass of this model on this machine, timed here
     precision = choose_evaluation_precision(model, params.evaluate.precision, params.evaluate.batch_size, device)
-    score = lambda ids: score_split(model, ids, stride, params.evaluate.batch_size, device, precision["choice"])  # noqa: E731
+
+    def score(ids):
+        return score_split(model, ids, stride, params.evaluate.batch_size, device, precision["choice"])
+
     ladder = load_baselines(root)  # refused before any scoring when stale or missing
     val_ids, test_ids = load_ids(root / ENCODED_DIR, "val"), load_ids(root / ENCODED_DIR, "test")
     val, test = score(val_ids), score(test_ids)
@@ -103,8 +108,10 @@ def evaluate_checkpoint(params, root, checkpoint_path=None) -> dict:
     }
     settings = params.evaluate
     if settings.dynamic:  # its own key and label: the static figures above are never changed by it
-        dynamic = lambda ids: dynamic_score(model, ids, stride, settings.dynamic_streams, settings.dynamic_lr,  # noqa: E731
-                                            device, precision["choice"])
+        def dynamic(ids):
+            return dynamic_score(model, ids, stride, settings.dynamic_streams, settings.dynamic_lr, device,
+                                 precision["choice"])
+
         report["dynamic"] = {"label": DYNAMIC_LABEL, "lr": settings.dynamic_lr, "val": dynamic(val_ids),
                              "test": dynamic(test_ids)}
     return report

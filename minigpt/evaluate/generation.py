@@ -1,6 +1,7 @@
 """Stage generate (reports/samples.md, reports/generation.json) and an ad-hoc sampling command.
 
-    python -m minigpt.evaluate.generation --prompt "The " --temperature 0.8 --top-k 40 [--checkpoint models/mini_gpt_best.pt]
+    python -m minigpt.evaluate.generation --prompt "The " --temperature 0.8 --top-k 40 \
+        [--checkpoint models/mini_gpt_best.pt]
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from minigpt.model.sampling import SamplingSettings, sample_chunks, sample_text
 
 
 def prepare_prompt(prompt: str, index: int, tokenizer: CharTokenizer, clean: CleanConfig) -> str:
-    """Apply the clean stage's normalisation; a character outside the vocabulary is an error, not a silent placeholder."""
+    """Apply the clean stage's normalisation; a character outside the vocabulary is an error, never a silent
+    placeholder."""
     text = normalise(prompt, clean)
     unknown = [ch for ch in dict.fromkeys(text) if ch not in set(tokenizer.chars)]
     if unknown:
@@ -56,12 +58,14 @@ def generate_samples(params, root: Path, checkpoint_path: Path | None = None) ->
     report = {
         "settings": {"temperature": gen.temperature, "top_k": gen.top_k, "top_p": gen.top_p,
                      "repetition_penalty": gen.repetition_penalty, "max_new_tokens": gen.max_new_tokens,
-                     "seed": gen.seed, "checkpoint": str(path), "prompt_policy": "clean normalisation; unknown characters rejected"},
+                     "seed": gen.seed, "checkpoint": str(path),
+                     "prompt_policy": "clean normalisation; unknown characters rejected"},
         "mean": {k: round(sum(s[k] for s in samples) / len(samples), 4) for k in keys},
         "samples": samples,
     }
     lines = ["# Samples", "", f"Checkpoint `{path}`; temperature {gen.temperature}, top_k {gen.top_k}, top_p "
-             f"{gen.top_p}, repetition_penalty {gen.repetition_penalty}, {gen.max_new_tokens} new characters, seed {gen.seed}.", ""]
+             f"{gen.top_p}, repetition_penalty {gen.repetition_penalty}, {gen.max_new_tokens} new characters, seed "
+             f"{gen.seed}.", ""]
     for i, s in enumerate(samples, 1):
         lines += [f"## Prompt {i}: {s['prompt']!r}", "", "```", s["prompt"] + s["text"], "```", "",
                   f"repeated 4-grams {s['repeated_4gram_share']:.1%}, longest repeated substring "
@@ -70,7 +74,8 @@ def generate_samples(params, root: Path, checkpoint_path: Path | None = None) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="minigpt-generate", description="Sample from a checkpoint and print to stdout.")
+    parser = argparse.ArgumentParser(prog="minigpt-generate",
+                                     description="Sample from a checkpoint and print to stdout.")
     parser.add_argument("--prompt", required=True)
     parser.add_argument("--checkpoint", type=Path, default=BEST)
     parser.add_argument("--params", type=Path, default=Path(DEFAULT_PARAMS), help="for the clean settings and defaults")
@@ -93,12 +98,14 @@ def main(argv: list[str] | None = None) -> int:
         settings.validate(tokenizer.vocab_size, "--")
         max_new_tokens = pick(args.max_new_tokens, gen.max_new_tokens)
         if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
-            raise ConfigError(f"'--max-new-tokens' = {max_new_tokens} is invalid; it must be between 1 and {MAX_NEW_TOKENS}.")
+            raise ConfigError(f"'--max-new-tokens' = {max_new_tokens} is invalid; it must be between 1 and "
+                              f"{MAX_NEW_TOKENS}.")
         if not args.prompt:
             raise ConfigError("'--prompt' is empty; the model needs at least one character to continue.")
         prompt = prepare_prompt(args.prompt, 0, tokenizer, params.clean)
         print(prompt, end="", flush=True)
-        for piece in sample_chunks(model, tokenizer, prompt, settings, max_new_tokens, pick(args.seed, gen.seed), device):
+        for piece in sample_chunks(model, tokenizer, prompt, settings, max_new_tokens, pick(args.seed, gen.seed),
+                                   device):
             print(piece, end="", flush=True)
     except MinigptError as exc:
         print(f"[generate] error: {exc}", file=sys.stderr)

@@ -105,7 +105,8 @@ def kneser_ney_bits(train: np.ndarray, scored: dict[str, np.ndarray], vocab_size
             positions, c, total, distinct = (raw if k == order else cont)[k]
             where = np.searchsorted(targets, positions)
             seen = total > 0
-            step = np.where(seen, (np.maximum(c - discount, 0) + discount * distinct * p[where]) / np.where(seen, total, 1),
+            step = np.where(seen,
+                            (np.maximum(c - discount, 0) + discount * distinct * p[where]) / np.where(seen, total, 1),
                             p[where])
             p[where] = step
         bits = -np.log2(p)

@@ -10,7 +10,8 @@ from minigpt.data import batching
 from minigpt.model import devices
 
 
-def calc_loss_batch(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, precision: str = "fp32") -> torch.Tensor:
+def calc_loss_batch(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
+                    precision: str = "fp32") -> torch.Tensor:
     with devices.autocast_for(inputs.device, precision):
         _, loss = model(inputs, targets)
     return loss

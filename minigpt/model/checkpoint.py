@@ -55,10 +55,12 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
         if "Unsupported global" not in str(exc):
-            raise CheckpointError(f"{path}: not a loadable checkpoint (the file is damaged or is not a checkpoint).") from None
+            raise CheckpointError(f"{path}: not a loadable checkpoint (the file is damaged or is not a "
+                                  "checkpoint).") from None
         # torch's own message ends by suggesting weights_only=False: never relay that advice
         raise CheckpointError(f"{path}: not a minigpt checkpoint: it holds pickled Python objects, which minigpt never "
-                              "writes and never loads (they could run code). Use a checkpoint written by minigpt.") from None
+                              "writes and never loads (they could run code). Use a checkpoint written by "
+                              "minigpt.") from None
     except Exception as exc:  # torch raises many types for a bad file
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise CheckpointError(f"{path}: not a loadable checkpoint ({type(exc).__name__}: {first_line}); "
@@ -163,7 +165,8 @@ class TrainedModel(NamedTuple):
     checkpoint: dict  # the rest of the payload (step, best_step, elapsed_s, ...)
 
 
-def load_trained_model(path: str | Path, tokenizer_file: str | Path, device: str | torch.device = "cpu") -> TrainedModel:
+def load_trained_model(path: str | Path, tokenizer_file: str | Path,
+                       device: str | torch.device = "cpu") -> TrainedModel:
     """A checkpoint's model on `device` and the tokenizer it was trained with: refused when the tokenizer file is
     another one than the checkpoint's (what evaluate, generate and the doctor all load)."""
     checkpoint = load_checkpoint(path)

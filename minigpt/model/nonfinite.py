@@ -33,7 +33,8 @@ class NonFiniteTracker:
 
     def _hook(self, name: str):
         def hook(_module, _inputs, output):
-            if self.first is None and any(not torch.isfinite(t).all() for t in _tensors(output) if t.is_floating_point()):
+            floating = [t for t in _tensors(output) if t.is_floating_point()]
+            if self.first is None and any(not torch.isfinite(t).all() for t in floating):
                 self.first = name
 
         return hook

@@ -26,14 +26,16 @@ class SamplingSettings:
             return f"{where}{key.replace('_', '-')}" if where.endswith("-") else f"{where}.{key}"
 
         if not (self.temperature > 0 and math.isfinite(self.temperature)):
-            raise ConfigError(f"'{name('temperature')}' = {self.temperature} is invalid; it must be a finite number > 0 "
-                              "(use a small value such as 0.1 for near-greedy).")
+            raise ConfigError(f"'{name('temperature')}' = {self.temperature} is invalid; it must be a finite number > "
+                              "0 (use a small value such as 0.1 for near-greedy).")
         if self.top_k is not None and not 1 <= self.top_k <= vocab_size:
-            raise ConfigError(f"'{name('top_k')}' = {self.top_k} is invalid; it must be between 1 and the vocabulary size {vocab_size} (or null for no limit).")
+            raise ConfigError(f"'{name('top_k')}' = {self.top_k} is invalid; it must be between 1 and the vocabulary "
+                              f"size {vocab_size} (or null for no limit).")
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"'{name('top_p')}' = {self.top_p} is invalid; it must be in (0, 1].")
         if not (self.repetition_penalty >= 1 and math.isfinite(self.repetition_penalty)):
-            raise ConfigError(f"'{name('repetition_penalty')}' = {self.repetition_penalty} is invalid; it must be a finite number >= 1 (1 disables it).")
+            raise ConfigError(f"'{name('repetition_penalty')}' = {self.repetition_penalty} is invalid; it must be a "
+                              "finite number >= 1 (1 disables it).")
 
 
 def next_token_logits(logits: torch.Tensor, context: torch.Tensor, settings: SamplingSettings) -> torch.Tensor:

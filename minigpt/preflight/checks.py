@@ -89,11 +89,13 @@ def run_checks(ctx: Context, checks: tuple[Check, ...], only: set[str] | None = 
         start = time.perf_counter()
         if blocked:
             reason = ", ".join(f"{n} {results[n].status if n in results else 'not run'}" for n in blocked)
-            result = CheckResult(check.name, "skipped", {}, _safe_threshold(check, ctx), 0.0, f"skipped: needs {reason}")
+            result = CheckResult(check.name, "skipped", {}, _safe_threshold(check, ctx), 0.0,
+                                 f"skipped: needs {reason}")
         else:
             try:
                 measured = check.run(ctx)
-                result = CheckResult(check.name, "passed", measured, _safe_threshold(check, ctx), time.perf_counter() - start)
+                result = CheckResult(check.name, "passed", measured, _safe_threshold(check, ctx),
+                                     time.perf_counter() - start)
             except CheckFailed as exc:
                 result = CheckResult(check.name, "failed", exc.measured, _safe_threshold(check, ctx),
                                      time.perf_counter() - start, str(exc), list(check.likely_causes))
@@ -101,7 +103,8 @@ def run_checks(ctx: Context, checks: tuple[Check, ...], only: set[str] | None = 
                 message = f"the check raised {describe_exception(exc)}"
                 result = CheckResult(check.name, "failed", {"exception": type(exc).__name__},
                                      _safe_threshold(check, ctx), time.perf_counter() - start, message,
-                                     ["a bug in the code this check exercises (see the exception)", *check.likely_causes])
+                                     ["a bug in the code this check exercises (see the "
+                                      "exception)", *check.likely_causes])
         result.family = check.family
         results[check.name] = result
     return list(results.values())

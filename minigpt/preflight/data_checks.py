@@ -66,7 +66,8 @@ def check_files(ctx: Context) -> dict:
     now = split_hashes(ctx.path(ENCODED_DIR))
     changed = [split for split in SPLITS if now[split] != ctx.meta["splits"][split]["sha256"]]
     if changed:
-        raise CheckFailed(f"encoded arrays changed after encode (SHA-256 differs from meta.json): {', '.join(changed)}", {"sizes": sizes})
+        raise CheckFailed("encoded arrays changed after encode (SHA-256 differs from meta.json): "
+                          f"{', '.join(changed)}", {"sizes": sizes})
     return {"sizes": sizes}
 
 
@@ -74,7 +75,8 @@ def check_tokenizer(ctx: Context) -> dict:
     """Every stored ID of every split decodes to exactly its clean text, and re-encodes to the same IDs."""
     tok = ctx.tokenizer
     chars = [tok.decode([i]) for i in range(tok.vocab_size)]
-    measured: dict[str, Any] = {"tokenizer_fingerprint": tok.fingerprint, "encoded_with": ctx.meta["tokenizer_fingerprint"],
+    measured: dict[str, Any] = {"tokenizer_fingerprint": tok.fingerprint,
+                                "encoded_with": ctx.meta["tokenizer_fingerprint"],
                                 "vocab_size": tok.vocab_size, "first_chars": chars[:12], "last_chars": chars[-12:],
                                 "splits": {}}
     ctx.summary.update(tokenizer_fingerprint=tok.fingerprint, vocab_size=tok.vocab_size)
@@ -135,7 +137,8 @@ def check_token_ids(ctx: Context) -> dict:
     measured = {"vocab_size": vocab, "min_split_length": window, "splits": ranges}
     if bad:
         raise CheckFailed("; ".join(bad), measured)
-    ctx.splits = {split: torch.from_numpy(np.asarray(load_ids(ctx.path(ENCODED_DIR), split), dtype=np.int64)) for split in SPLITS}
+    ctx.splits = {split: torch.from_numpy(np.asarray(load_ids(ctx.path(ENCODED_DIR), split),
+                                                     dtype=np.int64)) for split in SPLITS}
     return measured
 
 
@@ -155,7 +158,8 @@ def check_batch_shift(ctx: Context) -> dict:
                         decoded_target=ctx.tokenizer.decode(targets[0, :STRETCH].tolist()))
     problems = []
     if inputs.shape != targets.shape or list(inputs.shape) != [batch_size, cfg.block_size]:
-        problems.append(f"shapes {list(inputs.shape)} / {list(targets.shape)}, expected [{batch_size}, {cfg.block_size}] both")
+        problems.append(f"shapes {list(inputs.shape)} / {list(targets.shape)}, expected [{batch_size}, "
+                        f"{cfg.block_size}] both")
     if inputs.dtype != torch.long or targets.dtype != torch.long:
         problems.append(f"dtypes {inputs.dtype} / {targets.dtype}, expected torch.int64")
     if inputs.device.type != ctx.device.type or targets.device.type != ctx.device.type:
@@ -179,7 +183,8 @@ def check_batch_shift(ctx: Context) -> dict:
 CHECKS: tuple[Check, ...] = (
     Check("environment", check_environment, (), "informational", ()),
     Check("files", check_files, (), "every required artifact exists, is non-empty and matches meta.json",
-          ("a stage did not run or was interrupted: run `dvc repro encode`", "an artifact was edited or replaced by hand")),
+          ("a stage did not run or was interrupted: run `dvc repro "
+           "encode`", "an artifact was edited or replaced by hand")),
     Check("tokenizer", check_tokenizer, ("files",),
           "every stored ID of every split decodes to exactly its clean text and re-encodes to the same IDs",
           ("tokenizer file swapped or rebuilt after encode (different character order)",
@@ -191,6 +196,7 @@ CHECKS: tuple[Check, ...] = (
            "IDs overflowed a too-small dtype", "a split too short for one window (tiny corpus, huge block_size)")),
     Check("batch_shift", check_batch_shift, ("token_ids",),
           "inputs, targets: same shape [B, T], torch.long, on the model's device; inputs[:, 1:] == targets[:, :-1]",
-          ("targets not shifted (inputs == targets: the model learns to copy)", "shifted the wrong way or by more than one",
+          ("targets not shifted (inputs == targets: the model learns to "
+           "copy)", "shifted the wrong way or by more than one",
            "batch left on the CPU while the model is on the accelerator", "IDs cast to float")),
 )

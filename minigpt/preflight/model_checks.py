@@ -51,7 +51,8 @@ def check_initial_loss(ctx: Context) -> dict:
     tol = ctx.params.preflight.initial_loss_tolerance
     loss = float(loss)
     ctx.summary.update(initial_loss=loss, expected_initial_loss=expected)
-    measured = {"initial_loss": round(loss, 5), "expected_log_v": round(expected, 5), "difference": round(loss - expected, 5)}
+    measured = {"initial_loss": round(loss, 5), "expected_log_v": round(expected, 5),
+                "difference": round(loss - expected, 5)}
     if loss > expected + tol:
         raise CheckFailed(
             f"initial loss {loss:.4f} is far ABOVE log(V) = {expected:.4f}: the model starts confidently wrong "
@@ -226,8 +227,10 @@ CHECKS: tuple[Check, ...] = (
           ("above: extreme initial logits (init too large), targets not matching inputs, loss on wrong IDs",
            "below: future tokens visible (causal mask), unshifted targets, loaded weights instead of a fresh init")),
     Check("causal_independence", check_causal_independence, ("forward_shapes",),
-          f"prefix logits unchanged by a new suffix (atol {CAUSAL_ATOL}); d logits[t] / d emb[t' > t] <= {CAUSAL_GRAD_ATOL}",
-          ("attention without causal masking (is_causal / mask missing)", "mask built the wrong way round or offset by one",
+          f"prefix logits unchanged by a new suffix (atol {CAUSAL_ATOL}); d logits[t] / d emb[t' > t] <= "
+          f"{CAUSAL_GRAD_ATOL}",
+          ("attention without causal masking (is_causal / mask "
+           "missing)", "mask built the wrong way round or offset by one",
            "a layer mixing positions (e.g. normalisation over time)")),
     Check("gradients", check_gradients, ("forward_shapes",),
           "no frozen parameter; every parameter gets a finite, non-zero gradient (the run's precision)",

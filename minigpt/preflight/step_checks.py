@@ -86,7 +86,8 @@ def check_decay_split(ctx: Context) -> dict:
     frozen_in = sorted(n for n in placed if n in frozen)
     wrong_decay = sorted(n for n, decays in placed.items() if expected.get(n) and decays[0] != train.weight_decay)
     wrongly_decayed = sorted(n for n, decays in placed.items() if expected.get(n) is False and decays[0] != 0.0)
-    measured = {"groups": [{"weight_decay": g["weight_decay"], "parameters": len(g["params"])} for g in optimizer.param_groups],
+    measured = {"groups": [{"weight_decay": g["weight_decay"],
+                            "parameters": len(g["params"])} for g in optimizer.param_groups],
                 "decayed": sorted(n for n, d in placed.items() if d[0] != 0.0),
                 "not_decayed": sorted(n for n, d in placed.items() if d[0] == 0.0),
                 "weight_decay": train.weight_decay, "optimizer": train.optimizer}
@@ -123,7 +124,8 @@ def _schedule_problems(lrs: np.ndarray, peak: float, floor: float, warmup: int, 
         if np.any(np.diff(ramp) < -tol):
             problems.append(f"{what}: falls during warmup (step {int(np.argmax(np.diff(ramp) < -tol)) + 2})")
         if abs(lrs[warmup - 1] - peak) > 0.02 * peak + peak / max(warmup, 1):
-            problems.append(f"{what}: reaches {lrs[warmup - 1]:.6g} at the end of warmup (step {warmup}), not the peak {peak:g}")
+            problems.append(f"{what}: reaches {lrs[warmup - 1]:.6g} at the end of warmup (step {warmup}), not the peak "
+                            f"{peak:g}")
     after = lrs[max(warmup, 1) - 1:]
     if np.any(after < floor - tol):
         step = max(warmup, 1) + int(np.argmax(after < floor - tol))
@@ -221,17 +223,18 @@ def check_clipping_contract(ctx: Context) -> dict:
 
 CHECKS: tuple[Check, ...] = (
     Check("decay_split", check_decay_split, ("gradients",),
-          lambda c: (f"every linear/embedding matrix in a group with weight_decay {c.params.train.weight_decay:g}, every "
-                     "bias and LayerNorm parameter in one with 0; each trainable parameter in exactly one group, no "
-                     "frozen one in any" + ("; Muon trains exactly the blocks' linear weights"
+          lambda c: (f"every linear/embedding matrix in a group with weight_decay {c.params.train.weight_decay:g}, "
+                     "every bias and LayerNorm parameter in one with 0; each trainable parameter in exactly one "
+                     "group, no frozen one in any" + ("; Muon trains exactly the blocks' linear weights"
                                             if c.params.train.optimizer == "muon" else "")),
           ("build_param_groups splitting by name or shape the wrong way (LayerNorm weights, biases decayed)",
-           "a parameter added to the model but not to the optimizer", "the optimizer built over another model's parameters",
+           "a parameter added to the model but not to the "
+           "optimizer", "the optimizer built over another model's parameters",
            "Muon handed an embedding or the head (2-D, but not a hidden matrix)")),
     Check("lr_schedule", check_lr_schedule, (),
           lambda c: (f"all {c.params.train.max_steps} steps{' and the clock' if c.params.train.max_seconds else ''}: "
-                     f"warmup from ~0 to lr {c.params.train.lr:g} at step {c.params.train.warmup_steps}, never above it, "
-                     "never below min_lr after warmup, non-increasing after warmup, ending at min_lr"),
+                     f"warmup from ~0 to lr {c.params.train.lr:g} at step {c.params.train.warmup_steps}, never above "
+                     "it, never below min_lr after warmup, non-increasing after warmup, ending at min_lr"),
           ("a broken cosine_with_warmup (progress past 1, wrong sign, min_lr ignored)",
            "warmup computed off by one or never ending", "the time budget's fraction not driving the decay")),
     Check("clipping_contract", check_clipping_contract, ("gradients",),

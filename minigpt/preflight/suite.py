@@ -35,7 +35,8 @@ SUMMARY_FIELDS = ("tokenizer_fingerprint", "vocab_size", "token_range", "batch_s
 FAMILIES = {
     "environment": "correctness", "files": "correctness", "tokenizer": "correctness", "token_ids": "correctness",
     "batch_shift": "correctness", "forward_shapes": "correctness", "initial_loss": "numerical",
-    "causal_independence": "correctness", "architecture": "correctness", "gradients": "numerical", "optimizer_update": "optimisation",
+    "causal_independence": "correctness", "architecture": "correctness", "gradients": "numerical",
+    "optimizer_update": "optimisation",
     "decay_split": "optimisation", "lr_schedule": "optimisation", "clipping_contract": "numerical",
     "lr_stability": "optimisation", "rehearsal_learns": "optimisation", "single_batch_overfit": "optimisation",
 }
@@ -49,6 +50,7 @@ def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict, p
                  shape: dict | None = None) -> dict:
     env = next((r.measured for r in results if r.name == "environment"), {})
     total = sum(r.seconds for r in results)
+    overfit_seconds = sum(r.seconds for r in results if r.name == "single_batch_overfit")
     report = {
         "passed": all(r.status == "passed" for r in results),
         "failed": [r.name for r in results if r.status == "failed"],
@@ -56,8 +58,7 @@ def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict, p
         "checks": [r.to_dict() for r in results],
         **{name: ctx.summary.get(name) for name in SUMMARY_FIELDS},
         "environment": env,
-        "seconds": {"total": round(total, 3),
-                    "without_overfit": round(total - sum(r.seconds for r in results if r.name == "single_batch_overfit"), 3)},
+        "seconds": {"total": round(total, 3), "without_overfit": round(total - overfit_seconds, 3)},
         "config": gated_config(ctx.params),
         # how train.precision was chosen: as configured, or (auto) both timings on this machine and the faster
         "precision": precision,

@@ -5,7 +5,8 @@ clipping, on real train batches of preflight.batch_size windows.
 Three checks read it:
 - lr_stability: the rehearsal stays finite, applies the configured peak LR, and does not diverge;
 - rehearsal_learns: after it, the loss on fixed train batches is clearly below what train's character
-  frequencies alone score on them (a correctly updating model is well below by then; docs/preflight.md, "The rehearsal");
+  frequencies alone score on them (a correctly updating model is well below by then; docs/preflight.md, "The
+  rehearsal");
 - single_batch_overfit: a fresh debug model memorises one batch through the same step.
 """
 
@@ -167,7 +168,8 @@ def debug_model() -> ModelConfig:
 
 def overfit_run(ctx: Context, dropout: float) -> dict:
     train, pre = ctx.params.train, ctx.params.preflight
-    config = MiniGPTConfig.from_params(debug_model().model_copy(update={"dropout": dropout}), ctx.model_config.vocab_size)
+    config = MiniGPTConfig.from_params(debug_model().model_copy(update={"dropout": dropout}),
+                                       ctx.model_config.vocab_size)
     ctx.seed_all(6)
     model = ctx.model_factory(config).to(ctx.device)
     model.train()
@@ -225,10 +227,12 @@ CHECKS: tuple[Check, ...] = (
           ("updates never reach the weights (zero_grad between backward and step, optimizer over other tensors)",
            "learning rate far too low, or a schedule that sends it to zero", "gradients cut (detach / no_grad)",
            "inputs and targets misaligned, so there is nothing to learn")),
-    Check("single_batch_overfit", check_single_batch_overfit, ("forward_shapes", "optimizer_update", "causal_independence"),
+    Check("single_batch_overfit", check_single_batch_overfit,
+          ("forward_shapes", "optimizer_update", "causal_independence"),
           lambda c: (f"fresh debug model, one batch, {c.params.preflight.overfit_steps} steps of the run's training "
                      f"step ({c.params.train.precision}): final loss < {c.params.preflight.overfit_threshold}"),
-          ("the model cannot learn: broken residuals, wrong targets, or a bug in the loss", "learning rate far too low or too high",
+          ("the model cannot learn: broken residuals, wrong targets, or a bug in the "
+           "loss", "learning rate far too low or too high",
            "data pipeline feeding different batches each step")),
 )
 

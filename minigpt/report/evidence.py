@@ -45,18 +45,21 @@ def _tokenizer(m: dict) -> Lines:
 
 def _token_ids(m: dict) -> Lines:
     return [(split, f"IDs {_num(s.get('min'))} … {_num(s.get('max'))} of [0, {_num(m.get('vocab_size', 0) - 1)}], "
-                    f"{_num(s.get('length'))} tokens ({s.get('dtype')}); at least {_num(m.get('min_split_length'))} needed")
+                    f"{_num(s.get('length'))} tokens ({s.get('dtype')}); at least {_num(m.get('min_split_length'))} "
+                    "needed")
             for split, s in (m.get("splits") or {}).items()]
 
 
 def _batch_shift(m: dict) -> Lines:
     return [("input row 0", repr(m.get("decoded_input", ""))), ("target row 0", repr(m.get("decoded_target", ""))),
-            ("shapes", f"inputs {m.get('inputs_shape')}, targets {m.get('targets_shape')} ({', '.join(m.get('dtypes') or [])}); "
+            ("shapes",
+             f"inputs {m.get('inputs_shape')}, targets {m.get('targets_shape')} ({', '.join(m.get('dtypes') or [])}); "
                        f"targets = inputs shifted by one: {_num(m.get('shift_ok'))}")]
 
 
 def _forward_shapes(m: dict) -> Lines:
-    return [("logits", f"{m.get('logits_shape')} (expected {m.get('expected_shape')}); loss shape {m.get('loss_shape')}")]
+    return [("logits",
+             f"{m.get('logits_shape')} (expected {m.get('expected_shape')}); loss shape {m.get('loss_shape')}")]
 
 
 def _initial_loss(m: dict) -> Lines:
@@ -67,7 +70,8 @@ def _initial_loss(m: dict) -> Lines:
 def _causal(m: dict) -> Lines:
     return [("prefix logits", f"changed by at most {_num(m.get('prefix_max_abs_diff'))} when the suffix after position "
                               f"{_num(m.get('position'))} changes"),
-            ("gradients", f"d logits / d future embeddings {_num(m.get('future_grad_max'))}; past {_num(m.get('past_grad_max'))}")]
+            ("gradients",
+             f"d logits / d future embeddings {_num(m.get('future_grad_max'))}; past {_num(m.get('past_grad_max'))}")]
 
 
 def _gradients(m: dict) -> Lines:
@@ -84,7 +88,8 @@ def _optimizer_update(m: dict) -> Lines:
 
 def _decay_split(m: dict) -> Lines:
     decayed, kept = m.get("decayed") or [], m.get("not_decayed") or []
-    lines = [("decayed", f"{len(decayed)} tensors at weight_decay {_num(m.get('weight_decay'))}: {', '.join(decayed[:4])}"
+    lines = [("decayed",
+              f"{len(decayed)} tensors at weight_decay {_num(m.get('weight_decay'))}: {', '.join(decayed[:4])}"
                          f"{' …' if len(decayed) > 4 else ''}"),
              ("not decayed", f"{len(kept)} tensors: {', '.join(kept[:4])}{' …' if len(kept) > 4 else ''}")]
     if m.get("optimizer") == "muon":
@@ -99,14 +104,17 @@ def _architecture(m: dict) -> Lines:
     options = m.get("options") or {}
     errors = m.get("activation_max_abs_error")
     return [("options", ", ".join(f"{k} {v}" for k, v in options.items())),
-            ("parameters", "; ".join(f"{part} {counts.get(part, 0):,} (config: {n:,})" for part, n in expected.items())),
+            ("parameters",
+             "; ".join(f"{part} {counts.get(part, 0):,} (config: {n:,})" for part, n in expected.items())),
             ("activation", "not probed" if errors is None else
-             f"largest error against {options.get('mlp')} {_num(max(errors) if errors else None)} over {len(errors)} block(s)")]
+             f"largest error against {options.get('mlp')} {_num(max(errors) if errors else None)} over {len(errors)} "
+             "block(s)")]
 
 
 def _lr_schedule(m: dict) -> Lines:
     at = ", ".join(f"step {step}: {_num(lr)}" for step, lr in (m.get("lr_at") or {}).items())
-    lines = [("schedule", f"{_num(m.get('steps'))} steps, warmup {_num(m.get('warmup_steps'))}, peak {_num(m.get('peak'))}, "
+    lines = [("schedule",
+              f"{_num(m.get('steps'))} steps, warmup {_num(m.get('warmup_steps'))}, peak {_num(m.get('peak'))}, "
                           f"min_lr {_num(m.get('min_lr'))}"), ("LR at", at)]
     if m.get("max_seconds"):
         lines.append(("on the clock", f"{_num(m.get('time_fractions'))} shares of {_num(m.get('max_seconds'))} s at "
@@ -124,9 +132,11 @@ def _clipping(m: dict) -> Lines:
 def _lr_stability(m: dict) -> Lines:
     losses = m.get("losses") or []
     return [("rehearsal", f"{_num(m.get('warmup_steps'))} warmup + {_num(m.get('steps_at_peak'))} steps at batch "
-                          f"{_num(m.get('batch_size'))}, {m.get('precision')}; LR up to {_num(m.get('max_lr_applied'))}"),
+                          f"{_num(m.get('batch_size'))}, {m.get('precision')}; LR up to "
+                          f"{_num(m.get('max_lr_applied'))}"),
             ("step loss", f"{_num(losses[0] if losses else None)} → {_num(losses[-1] if losses else None)} nats; "
-                          f"highest running median {_num(m.get('max_sustained_loss'))} at step {_num(m.get('max_sustained_step'))}"),
+                          f"highest running median {_num(m.get('max_sustained_loss'))} at step "
+                          f"{_num(m.get('max_sustained_step'))}"),
             ("fixed batches", f"{_num(m.get('probe_loss_before'))} → {_num(m.get('probe_loss_after'))} nats")]
 
 
@@ -140,7 +150,8 @@ def _rehearsal_learns(m: dict) -> Lines:
 def _overfit(m: dict) -> Lines:
     main, dropout = m.get("dropout_0.0") or {}, m.get("dropout_0.2") or {}
     return [("one batch", f"{m.get('batch')} for {_num(m.get('steps'))} steps at lr {_num(m.get('lr'))}: final loss "
-                          f"{_num(main.get('final_loss'))} nats (below the threshold at step {_num(main.get('steps_to_threshold'))})"),
+                          f"{_num(main.get('final_loss'))} nats (below the threshold at step "
+                          f"{_num(main.get('steps_to_threshold'))})"),
             ("with dropout 0.2", f"final loss {_num(dropout.get('final_loss'))} nats")]
 
 
@@ -150,8 +161,10 @@ def _scalars(m: dict) -> Lines:
 
 FORMATTERS: dict[str, Callable[[dict], Lines]] = {
     "environment": _environment, "files": _files, "tokenizer": _tokenizer, "token_ids": _token_ids,
-    "batch_shift": _batch_shift, "forward_shapes": _forward_shapes, "initial_loss": _initial_loss, "causal_independence": _causal,
-    "architecture": _architecture, "gradients": _gradients, "optimizer_update": _optimizer_update, "decay_split": _decay_split,
+    "batch_shift": _batch_shift, "forward_shapes": _forward_shapes, "initial_loss": _initial_loss,
+    "causal_independence": _causal,
+    "architecture": _architecture, "gradients": _gradients, "optimizer_update": _optimizer_update,
+    "decay_split": _decay_split,
     "lr_schedule": _lr_schedule, "clipping_contract": _clipping, "lr_stability": _lr_stability,
     "rehearsal_learns": _rehearsal_learns, "single_batch_overfit": _overfit,
 }

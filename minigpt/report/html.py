@@ -25,10 +25,10 @@ code { font-size: 12px; } .muted { color: #666; } details { margin: 4px 0; }
 
 def page(title: str, body: list[str]) -> str:
     """A whole HTML document that opens from disk: no request leaves the page (a strict CSP says so too)."""
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
-            "img-src data:\">"
-            f"<title>{escape(title)}</title><style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta "
+            "http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src "
+            f"data:\"><title>{escape(title)}</title><style>{CSS}</style></head><body>\n"
+            + "\n".join(body) + "\n</body></html>\n")
 
 
 def fmt(value, digits: int = 4) -> str:

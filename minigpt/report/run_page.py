@@ -33,7 +33,8 @@ def preflight_section(run: RunFiles) -> list[str]:
     report = run.preflight
     failed = run.failed_checks
     if report.get("passed"):
-        banner = '<div class="banner passed"><span class="passed">Preflight passed</span>: every check held, so training was allowed to start.</div>'
+        banner = ('<div class="banner passed"><span class="passed">Preflight passed</span>: every check held, so '
+                  'training was allowed to start.</div>')
     else:
         names = ", ".join(c["name"] for c in failed) or "?"
         banner = (f'<div class="banner failed"><span class="failed">Preflight failed: {escape(names)}</span>. '
@@ -74,7 +75,8 @@ def training_section(run: RunFiles) -> list[str]:
         line_chart("learning rate", [Series("lr", [(r["step"], r["lr"]) for r in log])], "step", "lr"),
         line_chart("gradient norm (before clipping)", [Series("grad norm", [(r["step"], r["grad_norm"]) for r in log])],
                    "step", "norm", log_y=True),
-        line_chart("throughput", [Series("tokens/s", [(r["step"], r["tokens_per_sec"]) for r in log])], "step", "tokens/s"),
+        line_chart("throughput", [Series("tokens/s", [(r["step"], r["tokens_per_sec"]) for r in log])], "step",
+                   "tokens/s"),
     ]
     summary = run.train or {}
     facts = [("steps", summary.get("steps", log[-1]["step"])), ("stopped by", summary.get("stopped_by")),
@@ -124,13 +126,16 @@ def evaluation_section(run: RunFiles) -> list[str]:
     if ev is None:
         return ["<h2>Evaluation</h2>", '<p class="muted">no evaluation (evaluate has not run)</p>']
     rows = [[split, ("num", fmt(ev[key]["loss"])), ("num", fmt(ev[key]["bpc"])), ("num", fmt(ev[key]["perplexity"], 3)),
-             ("num", fmt(ev[key]["tokens"]))] for split, key in (("val", "val"), ("test", "test"), ("train slice", "train_slice"))]
-    rows.append(["random baseline (log V)", ("num", fmt(ev["baseline_log_v"])), ("num", fmt(ev["baseline_bpc"])), "", ""])
+             ("num", fmt(ev[key]["tokens"]))]
+            for split, key in (("val", "val"), ("test", "test"), ("train slice", "train_slice"))]
+    rows.append(["random baseline (log "
+                 "V)", ("num", fmt(ev["baseline_log_v"])), ("num", fmt(ev["baseline_bpc"])), "", ""])
     return ["<h2>Evaluation</h2>", *baselines_block(ev.get("baselines")),
             f"<p>Every target token of each split scored once (stride {ev.get('stride')}, at least "
-            f"{ev.get('min_context')} characters of context), checkpoint <code>{escape(str(ev.get('checkpoint')))}</code>, "
-            f"best step {fmt(ev.get('best_step'))}. Generalisation gap (val − train slice): "
-            f"{fmt(ev.get('generalization_gap'))} nats.</p>", precision_line("evaluation precision", ev.get("precision")),
+            f"{ev.get('min_context')} characters of context), checkpoint "
+            f"<code>{escape(str(ev.get('checkpoint')))}</code>, best step {fmt(ev.get('best_step'))}. Generalisation "
+            f"gap (val − train slice): {fmt(ev.get('generalization_gap'))} "
+            "nats.</p>", precision_line("evaluation precision", ev.get("precision")),
             table(["split", "loss (nats/char)", "bits/char", "perplexity", "tokens"], rows)]
 
 
@@ -202,7 +207,8 @@ def config_section(run: RunFiles) -> list[str]:
 
 def metrics_table(run: RunFiles) -> str:
     metrics = decision_metrics(run)
-    rows = [[f"<code>{key}</code>", escape(DECISION_METRICS[key][0]), ("num", fmt(value))] for key, value in metrics.items()]
+    rows = [[f"<code>{key}</code>", escape(DECISION_METRICS[key][0]),
+             ("num", fmt(value))] for key, value in metrics.items()]
     if run.evaluation:
         rows.append(["baseline", "random baseline: log2 of the vocabulary size, bits per character",
                      ("num", fmt(run.evaluation["baseline_bpc"]))])

@@ -85,12 +85,14 @@ def verify_gate(params: Params, root: Path = Path("."), report_path: Path | None
     report = read_json(path, missing="no debug report; training starts only after preflight passes",
                        invalid="unreadable debug report", fix=refresh, error=GateError)
     if not isinstance(report, dict):
-        raise GateError(f"{path}: not a debug report (a JSON object was expected, found {type(report).__name__}). {refresh}")
+        raise GateError(f"{path}: not a debug report (a JSON object was expected, found {type(report).__name__}). "
+                        f"{refresh}")
     body = {k: v for k, v in report.items() if k != "report_digest"}
     if report.get("report_digest") != canonical_json_digest(body):
         raise GateError(f"{path}: the report does not match its digest: it was edited by hand. {refresh}")
     if not report.get("passed"):
-        raise GateError(f"{path}: preflight failed ({', '.join(report.get('failed') or ['?'])}); fix that, then rerun preflight. {refresh}")
+        raise GateError(f"{path}: preflight failed ({', '.join(report.get('failed') or ['?'])}); fix that, then rerun "
+                        f"preflight. {refresh}")
     params = run_params(params, report, path)
     now = current_fingerprints(params, root)
     then = report.get("fingerprints") or {}
@@ -105,5 +107,6 @@ def verify_gate(params: Params, root: Path = Path("."), report_path: Path | None
     if (then.get("code") or {}).get("digest") != now["code"]["digest"]:
         stale.append("code (" + (name_files(changed_files(then.get("code"), now["code"])) or "changed") + ")")
     if stale:
-        raise GateError(f"{path}: the report was made for other inputs; mismatched fingerprint: {'; '.join(stale)}. {refresh}")
+        raise GateError(f"{path}: the report was made for other inputs; mismatched fingerprint: {'; '.join(stale)}. "
+                        f"{refresh}")
     return GatePassed(report, params)

@@ -184,7 +184,8 @@ def _choose_precision_ungated(params: Params, root: Path, ddp: Dist, say) -> Par
     device = distributed.rank_device(params.train.device, ddp)
     timing = choose_training_precision(params, vocab, device)
     choice = "bf16" if distributed.any_rank(timing["choice"] == "bf16", ddp, device) else "fp32"
-    say(f"[train] precision auto: {choice} ({how_chosen(timing)}{'; bf16 on another rank' if choice != timing['choice'] else ''})")
+    say(f"[train] precision auto: {choice} "
+        f"({how_chosen(timing)}{'; bf16 on another rank' if choice != timing['choice'] else ''})")
     return params.with_train_precision(choice)
 
 
@@ -205,7 +206,8 @@ def _prepare(params: Params, root: Path, ddp: Dist, say, model_factory) -> Run:
     np.random.seed(cfg.seed)
     random.seed(cfg.seed)
     model = model_factory(config).to(device)
-    run = Run(params, root, ddp, device, say, tokenizer, splits["train"], splits["val"], model, train_step.ScheduledStep(model, cfg),
+    run = Run(params, root, ddp, device, say, tokenizer, splits["train"], splits["val"], model,
+              train_step.ScheduledStep(model, cfg),
               torch.Generator().manual_seed(cfg.seed * 1000 + ddp.rank),  # different data on every rank
               {"resume_fingerprint": fingerprint, "code_fingerprint": code})
     checkpoint = find_resume_checkpoint(params, fingerprint, code, root, say)
@@ -213,7 +215,8 @@ def _prepare(params: Params, root: Path, ddp: Dist, say, model_factory) -> Run:
         _continue_from(run, checkpoint)
     run.model = torch.compile(model) if cfg.compile else model
     if ddp.world > 1:
-        run.model = nn.parallel.DistributedDataParallel(run.model, device_ids=[device.index] if device.type == "cuda" else None)
+        run.model = nn.parallel.DistributedDataParallel(run.model,
+                                                        device_ids=[device.index] if device.type == "cuda" else None)
     run.scheduled_step.run_through(run.model)
     if ddp.main:
         run.log = RunLog(root / TRAIN_LOG, run.progress.history)
@@ -223,7 +226,8 @@ def _prepare(params: Params, root: Path, ddp: Dist, say, model_factory) -> Run:
 
 def _continue_from(run: Run, checkpoint: dict) -> None:
     load_state_strict(run.raw_model, checkpoint, checkpoint["path"])
-    run.scheduled_step.optimizer.load_state_dict(checkpoint["optimizer_state_dict"])  # moves state to the parameters' device
+    # load_state_dict moves the optimizer state to the parameters' device
+    run.scheduled_step.optimizer.load_state_dict(checkpoint["optimizer_state_dict"])
     restore_rng(checkpoint["rng"])
     if len(checkpoint["batch_rng"]) != run.ddp.world:
         raise CheckpointError(f"{checkpoint['path']} was written by {len(checkpoint['batch_rng'])} process(es); "
@@ -270,9 +274,11 @@ def _loop(run: Run, stop: StopRequest) -> dict:
             step_s = time.perf_counter() - started
             progress.elapsed_s = distributed.agreed_clock(progress.elapsed_s + step_s, ddp, budget, device)
             out_of_time = budget is not None and progress.elapsed_s >= budget
-            record = {"step": step, "train_loss": round(result.loss, 6), "lr": lr, "grad_norm": round(result.grad_norm, 6),
+            record = {"step": step, "train_loss": round(result.loss, 6), "lr": lr,
+                      "grad_norm": round(result.grad_norm, 6),
                       "tokens_per_sec": round(tokens_per_step / step_s, 1), "elapsed_s": round(progress.elapsed_s, 3)}
-            _watch(run, record, lambda: run.watch.after_step(step, lr, run.scheduled_step.optimizer, run.raw_model, result.grad_norm,
+            _watch(run, record,
+                   lambda: run.watch.after_step(step, lr, run.scheduled_step.optimizer, run.raw_model, result.grad_norm,
                                                              result.loss, record["tokens_per_sec"]))
             if step % cfg.eval_every == 0 or step == cfg.max_steps or out_of_time:
                 eval_started = time.perf_counter()
@@ -293,7 +299,8 @@ def _loop(run: Run, stop: StopRequest) -> dict:
                 run.save_checkpoints([LATEST_CHECKPOINT])
                 raise TrainingStopped(
                     f"stopped at step {step} ({stop.reason}); {LATEST_CHECKPOINT} holds that step. Resume with `dvc "
-                    "repro` (or `python stages/train.py`): the run continues where it stopped, as if never interrupted.",
+                    "repro` (or `python stages/train.py`): the run continues where it stopped, as if never "
+                    "interrupted.",
                     stop.exit_code)
             if bar is not None:
                 bar.update(1)
@@ -389,7 +396,8 @@ def _raise_diverged(run: Run, step: int, result: train_step.StepResult, inputs, 
     what = f"loss {result.loss}" if not math.isfinite(result.loss) else f"gradient norm {result.grad_norm}"
     with NonFiniteTracker(run.raw_model) as tracker, torch.no_grad():
         batch_loss.calc_loss_batch(run.raw_model, inputs, targets, run.cfg.precision)
-    bad_grads = [n for n, p in run.raw_model.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()]
+    bad_grads = [n for n, p in run.raw_model.named_parameters()
+                 if p.grad is not None and not torch.isfinite(p.grad).all()]
     where = f"first module with non-finite output: '{tracker.first}'" if tracker.first else (
         "the forward pass is finite; non-finite gradients in: " + ", ".join(bad_grads[:8]))
     raise TrainingDiverged(

@@ -22,7 +22,8 @@ RESUME_FREE_KEYS = ("device", "compile", "resume_from")
 def resume_fingerprint(params: Params, tokenizer_fp: str, root: Path) -> str:
     train = {k: v for k, v in params.section_dict("train").items() if k not in RESUME_FREE_KEYS}
     data = split_hashes(root / ENCODED_DIR, ("train", "val"))
-    return canonical_json_digest({"model": params.section_dict("model"), "train": train, "tokenizer": tokenizer_fp, "data": data})
+    return canonical_json_digest({"model": params.section_dict("model"), "train": train, "tokenizer": tokenizer_fp,
+                                  "data": data})
 
 
 def rng_states() -> dict:
@@ -34,7 +35,8 @@ def rng_states() -> dict:
 
 def _numpy_state() -> dict:
     name, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos, "has_gauss": has_gauss, "cached": cached}
+    return {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos, "has_gauss": has_gauss,
+            "cached": cached}
 
 
 def _python_state() -> list:

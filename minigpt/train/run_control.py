@@ -62,7 +62,8 @@ class RunLock:
                 json.dump(self.mine, handle)
             self.held = True
             return
-        raise RunLocked(f"{self.path}: could not take the run lock (it keeps reappearing); is another trainer starting?")
+        raise RunLocked(f"{self.path}: could not take the run lock (it keeps reappearing); is another trainer "
+                        "starting?")
 
     def release(self) -> None:
         if self.held and self._holder() == self.mine:

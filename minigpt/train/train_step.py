@@ -104,7 +104,8 @@ class ScheduledStep:
     def lr_at(self, step: int, time_fraction: float = 0.0) -> float:
         return scheduled_lr(self.train_cfg, step, time_fraction, self.warmup_steps)
 
-    def __call__(self, inputs: torch.Tensor, targets: torch.Tensor, step: int, time_fraction: float = 0.0) -> StepResult:
+    def __call__(self, inputs: torch.Tensor, targets: torch.Tensor, step: int,
+                 time_fraction: float = 0.0) -> StepResult:
         lr = self.lr_at(step, time_fraction)
         cfg = self.train_cfg
         result = training_step(self.forward_model, self.optimizer, inputs, targets, lr, cfg.precision, cfg.grad_clip,

@@ -5,14 +5,19 @@ warning never stops a run: it is printed once, recorded on the step it fired in 
 train_summary.json and shown on the run and comparison pages. Thresholds are `watch.*` in params.yaml
 (docs/preflight.md, "Watchdogs", says how each was calibrated and what to do when it fires).
 
-| name | when | level | fires when |
-| lr_applied | every step | stop | an optimizer group applied another LR than the schedule's value |
-| gradient_flow | every step | stop | the gradient norm is exactly 0, or a trainable parameter got no gradient, `dead_grad_steps` steps running |
-| val_improving | each eval | warning | from the `first_evals`-th eval on, val loss is not `val_margin` below the first eval's |
-| train_diverging | each eval | stop | the mean train loss since the previous eval rose by > `rise_tolerance`, `rising_evals` evals running |
-| clipping_share | every `window` steps | warning | more than `clip_share_max` of the window's steps were clipped (windows that start after `settle_steps`: a fresh model's first gradients are large by nature) |
-| throughput | every `window` steps | warning | the window's median tokens/s < `throughput_fraction` x the reference (preflight's timing, else the run's first window) |
-| sample_probe | each eval | warning | the sample's repeated 4-gram share > `max_repeat_share` (from the `first_evals`-th eval on) or its placeholder share > `max_placeholder_share` |
+- lr_applied (every step, stop): an optimizer group applied another LR than the schedule's value
+- gradient_flow (every step, stop): the gradient norm is exactly 0, or a trainable parameter got no gradient,
+  `dead_grad_steps` steps running
+- val_improving (each eval, warning): from the `first_evals`-th eval on, val loss is not `val_margin` below the first
+  eval's
+- train_diverging (each eval, stop): the mean train loss since the previous eval rose by > `rise_tolerance`,
+  `rising_evals` evals running
+- clipping_share (every `window` steps, warning): more than `clip_share_max` of the window's steps were clipped
+  (windows that start after `settle_steps`: a fresh model's first gradients are large by nature)
+- throughput (every `window` steps, warning): the window's median tokens/s < `throughput_fraction` x the reference
+  (preflight's timing, else the run's first window)
+- sample_probe (each eval, warning): the sample's repeated 4-gram share > `max_repeat_share` (from the `first_evals`-th
+  eval on) or its placeholder share > `max_placeholder_share`
 """
 
 from __future__ import annotations
@@ -79,9 +84,9 @@ class Watchdogs:
         off = [i for i, value in enumerate(applied) if not abs(value - lr) <= self.cfg.lr_rtol * max(abs(lr), 1e-12)]
         if off:
             self._stop(step, "lr_applied",
-                       f"at step {step} optimizer group {off[0]} applied lr {applied[off[0]]:.6g} but the schedule says "
-                       f"{lr:.6g} (groups: {', '.join(f'{v:.6g}' for v in applied)}): the LR is computed in one place "
-                       "and written into another; check what writes param_groups[...]['lr']")
+                       f"at step {step} optimizer group {off[0]} applied lr {applied[off[0]]:.6g} but the schedule "
+                       f"says {lr:.6g} (groups: {', '.join(f'{v:.6g}' for v in applied)}): the LR is computed in one "
+                       "place and written into another; check what writes param_groups[...]['lr']")
         self._count("gradient_flow")
         if self._trainable is None:  # listed once: walking the modules every step would cost more than the checks
             self._trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]

@@ -1,4 +1,5 @@
-"""Build the data artifacts (fetch -> encode, baselines) of a debug-scale project under a directory, via the real stages."""
+"""Build the data artifacts (fetch -> encode, baselines) of a debug-scale project under a directory, via the real
+stages."""
 
 from __future__ import annotations
 

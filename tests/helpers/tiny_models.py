@@ -9,7 +9,8 @@ from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 
 
 def small_config(vocab=40, **overrides):
-    base = dict(vocab_size=vocab, block_size=16, embedding_dim=32, num_heads=4, num_layers=2, expansion_factor=4, dropout=0.0)
+    base = dict(vocab_size=vocab, block_size=16, embedding_dim=32, num_heads=4, num_layers=2, expansion_factor=4,
+                dropout=0.0)
     return MiniGPTConfig(**{**base, **overrides})
 
 

@@ -87,5 +87,6 @@ def release_for(zip_path: Path, files: dict[str, bytes]) -> Release:
         name="fixture-wikitext",
         archive_sha256=hashlib.sha256(data).hexdigest(),
         archive_bytes=len(data),
-        members={name: (hashlib.sha256(b).hexdigest(), len(b)) for name, b in files.items() if name in SPLIT_FILES.values()},
+        members={name: (hashlib.sha256(b).hexdigest(),
+                        len(b)) for name, b in files.items() if name in SPLIT_FILES.values()},
     )
