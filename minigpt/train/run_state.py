@@ -1,0 +1,136 @@
+"""One training run's state: its settings, process, data, model, scheduled step and samplers, and its progress;
+set up from the data (seeded) and, when auto-resume finds one, continued from a checkpoint; saved as checkpoints of
+the current step."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from minigpt.core.code_binding import code_fingerprint
+from minigpt.core.config import Params
+from minigpt.core.errors import DataError
+from minigpt.core.paths import ENCODED_DIR, TOKENIZER_FILE, TRAIN_LOG
+from minigpt.data.encode import load_split
+from minigpt.data.tokenizer import CharTokenizer
+from minigpt.model.checkpoint import CheckpointError, load_state_strict, save_checkpoint
+from minigpt.model.gpt import MiniGPTConfig
+from minigpt.train import distributed, train_step
+from minigpt.train.distributed import Dist
+from minigpt.train.resume import find_resume_checkpoint, restore_rng, resume_fingerprint, rng_states
+from minigpt.train.run_log import RunLog, history_for_resume
+from minigpt.train.watchdogs import Watchdogs
+
+
+@dataclass
+class Progress:
+    step: int = 0
+    best_val_loss: float = math.inf
+    best_step: int = 0
+    elapsed_s: float = 0.0
+    clipped_steps: int = 0
+    history: list[dict] = field(default_factory=list)
+    stopped_by: str = "max_steps"
+
+
+@dataclass
+class Run:
+    """What the loop's helpers share: the settings, the process, the model and optimizer, and the progress."""
+    params: Params
+    root: Path
+    ddp: Dist
+    device: torch.device
+    say: Callable[[str], None]
+    tokenizer: CharTokenizer
+    train_ids: torch.Tensor
+    val_ids: torch.Tensor
+    raw_model: nn.Module  # the plain MiniGPT: evaluated, clipped and saved
+    scheduled_step: train_step.ScheduledStep  # the optimizer, the LR schedule and the step that applies them
+    batch_gen: torch.Generator
+    binding: dict  # the resume and code fingerprints that auto-resume requires to match
+    progress: Progress = field(default_factory=Progress)
+    model: nn.Module | None = None  # what trains: raw_model, compiled and/or DDP-wrapped
+    log: RunLog | None = None  # rank 0 only
+    resumed_from: int | None = None  # the checkpoint's step when this run continues one
+    watch: Watchdogs | None = None
+
+    @property
+    def cfg(self):
+        return self.params.train
+
+    def save_checkpoints(self, names: list[Path]) -> None:
+        """Checkpoints of the current step (every rank takes part: the batch samplers' states are gathered)."""
+        batch_rng = distributed.gather_generator_states(self.batch_gen, self.ddp)
+        if not self.ddp.main:
+            return
+        p = self.progress
+        state = dict(
+            optimizer_state_dict=self.scheduled_step.optimizer.state_dict(), step=p.step, best_val_loss=p.best_val_loss,
+            best_step=p.best_step, elapsed_s=p.elapsed_s, clipped_steps=p.clipped_steps, rng=rng_states(),
+            batch_rng=batch_rng, train_config=self.cfg.model_dump(), **self.binding, **self.log.mark(),
+        )
+        for name in names:
+            save_checkpoint(self.root / name, self.raw_model, self.tokenizer.fingerprint, **state)
+
+
+def prepare_run(params: Params, root: Path, ddp: Dist, say, model_factory) -> Run:
+    """Data, model, optimizer and samplers seeded, then the checkpoint (if any) this run continues."""
+    cfg = params.train
+    device = distributed.rank_device(cfg.device, ddp)
+    tokenizer = CharTokenizer.load(root / TOKENIZER_FILE)
+    config = MiniGPTConfig.from_params(params.model, tokenizer.vocab_size)
+    splits = {split: load_split(root / ENCODED_DIR, split) for split in ("train", "val")}
+    for split, ids in splits.items():
+        if ids.numel() < config.block_size + 1:
+            raise DataError(f"{root / ENCODED_DIR / split}.npy: {ids.numel()} tokens, fewer than one window of "
+                            f"model.block_size + 1 = {config.block_size + 1}; use more text or a smaller block_size.")
+    fingerprint = resume_fingerprint(params, tokenizer.fingerprint, root)
+    code = code_fingerprint()
+    torch.manual_seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    random.seed(cfg.seed)
+    model = model_factory(config).to(device)
+    run = Run(params, root, ddp, device, say, tokenizer, splits["train"], splits["val"], model,
+              train_step.ScheduledStep(model, cfg),
+              torch.Generator().manual_seed(cfg.seed * 1000 + ddp.rank),  # different data on every rank
+              {"resume_fingerprint": fingerprint, "code_fingerprint": code})
+    checkpoint = find_resume_checkpoint(params, fingerprint, code, root, say)
+    if checkpoint is not None:
+        continue_from(run, checkpoint)
+    run.model = torch.compile(model) if cfg.compile else model
+    if ddp.world > 1:
+        run.model = nn.parallel.DistributedDataParallel(run.model,
+                                                        device_ids=[device.index] if device.type == "cuda" else None)
+    run.scheduled_step.run_through(run.model)
+    if ddp.main:
+        run.log = RunLog(root / TRAIN_LOG, run.progress.history)
+    run.resumed_from = checkpoint["step"] if checkpoint else None
+    return run
+
+
+def continue_from(run: Run, checkpoint: dict) -> None:
+    load_state_strict(run.raw_model, checkpoint, checkpoint["path"])
+    # load_state_dict moves the optimizer state to the parameters' device
+    run.scheduled_step.optimizer.load_state_dict(checkpoint["optimizer_state_dict"])
+    restore_rng(checkpoint["rng"])
+    if len(checkpoint["batch_rng"]) != run.ddp.world:
+        raise CheckpointError(f"{checkpoint['path']} was written by {len(checkpoint['batch_rng'])} process(es); "
+                              f"resume it with the same number (now {run.ddp.world}).")
+    run.batch_gen.set_state(checkpoint["batch_rng"][run.ddp.rank])
+    history = []
+    if run.ddp.main:
+        history = history_for_resume(run.root / TRAIN_LOG, checkpoint["step"], checkpoint.get("log_sha256"))
+        if history is None:
+            run.say(f"[train] {TRAIN_LOG} does not hold the steps of {checkpoint['path']} (deleted, or written by "
+                    f"another run); this run's log and curves start at step {checkpoint['step'] + 1}")
+            history = []
+    run.progress = Progress(checkpoint["step"], checkpoint["best_val_loss"], checkpoint["best_step"],
+                            checkpoint["elapsed_s"], checkpoint["clipped_steps"], history)
+    run.say(f"[train] resuming from {checkpoint['path']} at step {checkpoint['step']}")
