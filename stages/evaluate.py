@@ -3,18 +3,20 @@
 from pathlib import Path
 
 from minigpt.core.io_utils import atomic_write_json
-from minigpt.core.paths import EVAL_REPORT
+from minigpt.core.paths import EVAL_BLOCKS, EVAL_REPORT
 from minigpt.core.stage import stage_main
-from minigpt.evaluate.checkpoint_eval import evaluate_checkpoint
+from minigpt.evaluate.checkpoint_eval import evaluate_with_blocks
 
 
 def run(params):
-    metrics = evaluate_checkpoint(params, Path("."))
+    metrics, blocks = evaluate_with_blocks(params, Path("."))
+    atomic_write_json(EVAL_BLOCKS, blocks)
     atomic_write_json(EVAL_REPORT, metrics)
     for split in ("val", "test"):
         m = metrics[split]
-        print(f"[evaluate] {split}: loss {m['loss']:.4f} nats/char, {m['bpc']:.4f} bpc, perplexity "
-              f"{m['perplexity']:.3f} over {m['tokens']:,} tokens")
+        low, high = m["bpc_ci95"]
+        print(f"[evaluate] {split}: loss {m['loss']:.4f} nats/char, {m['bpc']:.4f} bpc (95% interval {low:.4f} - "
+              f"{high:.4f}), perplexity {m['perplexity']:.3f} over {m['tokens']:,} tokens")
     ladder = metrics["baselines"]
     for row in ladder["rows"]:
         print(f"[evaluate]   {row['name']:<22} {row['kind']:<8} val {row['val']['bpc']:.4f} bpc, test "

@@ -136,6 +136,16 @@ def test_evaluate_and_generate_stages_on_a_trained_checkpoint(project):
     assert metrics["val"]["bpc"] < metrics["baseline_bpc"] - 0.5
     assert metrics["generalization_gap"] == pytest.approx(metrics["val"]["loss"] - metrics["train_slice"]["loss"])
     assert metrics["best_step"] == 250 and metrics["min_context"] == 32 - 16 + 1
+    # the blocks behind the 95% interval: every scored target in exactly one block, summing to the split's figure
+    blocks = json.loads((root / "reports/eval_blocks.json").read_text())
+    for split in ("val", "test"):
+        kept, m = blocks["splits"][split], metrics[split]
+        assert len(kept["tokens"]) == metrics["interval"]["blocks"] == 200 and sum(kept["tokens"]) == m["tokens"]
+        assert sum(kept["nll"]) / sum(kept["tokens"]) / math.log(2) == pytest.approx(m["bpc"], rel=1e-12)
+        low, high = m["bpc_ci95"]
+        assert low < m["bpc"] < high and high - low < 0.5
+    assert blocks["splits"]["val"]["sha256"] == json.loads((root / "data/encoded/meta.json").read_text())[
+        "splits"]["val"]["sha256"]
     generation = json.loads((root / "reports/generation.json").read_text())
     assert len(generation["samples"]) == 3 and all(len(s["text"]) == 40 for s in generation["samples"])
     assert {"repeated_4gram_share", "longest_repeated_substring"} <= set(generation["mean"])
@@ -152,6 +162,7 @@ def test_untrained_checkpoint_is_an_error_not_a_metric(project):
     assert result.returncode == 1 and "does not beat the unigram baseline's" in result.stderr
     assert "Likely causes: the weights were not loaded or not trained" in result.stderr
     assert not (root / "reports/evaluation.json").exists()
+    assert not (root / "reports/eval_blocks.json").exists()
 
 
 def test_generation_refuses_bad_settings_and_a_tokenizer_mismatch(project, capsys):

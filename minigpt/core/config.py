@@ -161,6 +161,11 @@ class EvaluateConfig(Section):
     dynamic: bool
     dynamic_lr: float = _must("> 0", gt=0)
     dynamic_streams: int = _must(">= 1", ge=1)
+    # the uncertainty of val/test bpc (minigpt.evaluate.intervals): the scored targets cut into `blocks` contiguous
+    # blocks (kept in reports/eval_blocks.json), resampled `bootstrap_resamples` times from `bootstrap_seed`
+    blocks: int = _must(">= 2", ge=2)
+    bootstrap_resamples: int = _must(">= 100", ge=100)
+    bootstrap_seed: int = _must(">= 0", ge=0)
 
 
 class WatchConfig(Section):

@@ -23,6 +23,8 @@ TRAIN_PLOT_CSV = REPORTS_DIR / "plots" / "train.csv"
 VAL_PLOT_CSV = REPORTS_DIR / "plots" / "val.csv"
 CURVES_PNG = REPORTS_DIR / "train_curves.png"
 EVAL_REPORT = REPORTS_DIR / "evaluation.json"
+# per split, the summed NLL of contiguous blocks of the scored targets: what paired comparisons of runs resample
+EVAL_BLOCKS = REPORTS_DIR / "eval_blocks.json"
 GENERATION_REPORT = REPORTS_DIR / "generation.json"
 SAMPLES_MD = REPORTS_DIR / "samples.md"
 # the run's decision metrics (the only file DVC treats as metrics) and its offline page, written by `report`

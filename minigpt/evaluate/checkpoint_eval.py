@@ -10,10 +10,11 @@ from pathlib import Path
 from minigpt.core.errors import DataError, MinigptError
 from minigpt.core.io_utils import read_json
 from minigpt.core.paths import BASELINES_REPORT, BEST_CHECKPOINT, ENCODED_DIR, TOKENIZER_FILE
-from minigpt.data.encode import load_ids, load_meta
+from minigpt.data.encode import load_ids, load_meta, split_hashes
 from minigpt.evaluate.dynamic import LABEL as DYNAMIC_LABEL
 from minigpt.evaluate.dynamic import dynamic_score
-from minigpt.evaluate.scoring import score_split
+from minigpt.evaluate.intervals import block_sums, bpc_interval
+from minigpt.evaluate.scoring import summarise, target_nll
 from minigpt.model.checkpoint import load_trained_model
 from minigpt.model.devices import select_device
 from minigpt.model.precision import choose_evaluation_precision
@@ -70,6 +71,12 @@ def compare_with_baselines(val: dict, test: dict, ladder: dict, path: str) -> di
 
 def evaluate_checkpoint(params, root, checkpoint_path=None) -> dict:
     """Score the best checkpoint on the full val and test splits; returns the report for reports/evaluation.json."""
+    return evaluate_with_blocks(params, root, checkpoint_path)[0]
+
+
+def evaluate_with_blocks(params, root, checkpoint_path=None) -> tuple[dict, dict]:
+    """The report for reports/evaluation.json, and per split the summed NLL of contiguous blocks of the scored
+    targets (reports/eval_blocks.json: what a paired comparison of two runs resamples)."""
     root = Path(root)
     path = Path(checkpoint_path) if checkpoint_path else root / BEST_CHECKPOINT
     device = select_device(params.train.device)
@@ -81,12 +88,26 @@ def evaluate_checkpoint(params, root, checkpoint_path=None) -> dict:
     # evaluate.precision auto: the faster forward pass of this model on this machine, timed here
     precision = choose_evaluation_precision(model, params.evaluate.precision, params.evaluate.batch_size, device)
 
+    settings = params.evaluate
+
     def score(ids):
-        return score_split(model, ids, stride, params.evaluate.batch_size, device, precision["choice"])
+        return summarise(nll_of(ids))
+
+    def nll_of(ids):
+        return target_nll(model, ids, stride, settings.batch_size, device, precision["choice"])
 
     ladder = load_baselines(root)  # refused before any scoring when stale or missing
     val_ids, test_ids = load_ids(root / ENCODED_DIR, "val"), load_ids(root / ENCODED_DIR, "test")
-    val, test = score(val_ids), score(test_ids)
+    hashes = split_hashes(root / ENCODED_DIR, ("val", "test"))
+    blocks = {"blocks": settings.blocks, "checkpoint": str(path), "splits": {}}
+    scored = {}
+    for split, ids in (("val", val_ids), ("test", test_ids)):
+        nll = nll_of(ids)
+        sums, counts = block_sums(nll, settings.blocks)
+        scored[split] = {**summarise(nll), "bpc_ci95": bpc_interval(sums, counts, settings.bootstrap_resamples,
+                                                                    settings.bootstrap_seed)}
+        blocks["splits"][split] = {"sha256": hashes[split], "tokens": counts.tolist(), "nll": sums.tolist()}
+    val, test = scored["val"], scored["test"]
     # the same number of tokens from the start of train, to measure the generalisation gap
     train_slice = score(load_ids(root / ENCODED_DIR, "train")[: len(val_ids)])
     baseline = math.log(model.config.vocab_size)
@@ -105,8 +126,10 @@ def evaluate_checkpoint(params, root, checkpoint_path=None) -> dict:
         "best_step": checkpoint.get("best_step", checkpoint.get("step")),
         "train_seconds": checkpoint.get("elapsed_s"),
         "checkpoint": str(path),
+        "interval": {"method": "bootstrap over contiguous blocks of the scored targets", "level": 0.95,
+                     "blocks": settings.blocks, "resamples": settings.bootstrap_resamples,
+                     "seed": settings.bootstrap_seed},
     }
-    settings = params.evaluate
     if settings.dynamic:  # its own key and label: the static figures above are never changed by it
         def dynamic(ids):
             return dynamic_score(model, ids, stride, settings.dynamic_streams, settings.dynamic_lr, device,
@@ -114,4 +137,4 @@ def evaluate_checkpoint(params, root, checkpoint_path=None) -> dict:
 
         report["dynamic"] = {"label": DYNAMIC_LABEL, "lr": settings.dynamic_lr, "val": dynamic(val_ids),
                              "test": dynamic(test_ids)}
-    return report
+    return report, blocks

@@ -53,23 +53,38 @@ def window_nll(model, inputs: torch.Tensor, targets: torch.Tensor, precision: st
 
 
 @torch.inference_mode()  # no autograd bookkeeping at all (cheaper than no_grad)
-def score_split(model, ids: np.ndarray | torch.Tensor, stride: int, batch_size: int, device: torch.device,
-                precision: str = "fp32") -> dict:
-    """Mean NLL over every target of the split, with perplexity and bits per character."""
+def target_nll(model, ids: np.ndarray | torch.Tensor, stride: int, batch_size: int, device: torch.device,
+               precision: str = "fp32") -> np.ndarray:
+    """The NLL (nats) of every target 1..len-1 of the split, in target order, each scored exactly once."""
     ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))
     block = model.config.block_size
     plan = window_plan(len(ids), block, stride)
     window = min(block, len(ids) - 1)
+    out = np.full(max(len(ids) - 1, 0), np.nan)
     was_training = model.training
     model.eval()
-    total_nll, total_tokens = 0.0, 0
     try:
         for i in range(0, len(plan), batch_size):
-            inputs, targets, mask = window_batch(ids, plan[i:i + batch_size], window, device)
+            windows = plan[i:i + batch_size]
+            inputs, targets, mask = window_batch(ids, windows, window, device)
             nll = window_nll(model, inputs, targets, precision)
-            total_nll += float(nll[mask].double().sum())
-            total_tokens += int(mask.sum())
+            # target index (0-based over targets 1..len-1) of window position j is start + j
+            position = torch.tensor([start for start, _ in windows])[:, None] + torch.arange(window)
+            out[position[mask.cpu()].numpy()] = nll[mask].double().cpu().numpy()
     finally:
         model.train(was_training)
-    loss = total_nll / total_tokens
-    return {"loss": loss, "perplexity": math.exp(loss), "bpc": loss / math.log(2), "tokens": total_tokens}
+    if np.isnan(out).any():  # the window plan covers every target; this guards the plan itself
+        raise RuntimeError(f"{int(np.isnan(out).sum())} targets were not scored by the window plan")
+    return out
+
+
+def summarise(nll: np.ndarray) -> dict:
+    """Mean NLL over the targets, with perplexity and bits per character."""
+    loss = float(nll.sum()) / len(nll)
+    return {"loss": loss, "perplexity": math.exp(loss), "bpc": loss / math.log(2), "tokens": int(len(nll))}
+
+
+def score_split(model, ids: np.ndarray | torch.Tensor, stride: int, batch_size: int, device: torch.device,
+                precision: str = "fp32") -> dict:
+    """Mean NLL over every target of the split, with perplexity and bits per character."""
+    return summarise(target_nll(model, ids, stride, batch_size, device, precision))
