@@ -17,6 +17,7 @@ import yaml
 from minigpt.core.config import DEFAULT_PARAMS
 from minigpt.core.paths import (
     DEBUG_REPORT,
+    EVAL_BLOCKS,
     EVAL_REPORT,
     GENERATION_REPORT,
     TRAIN_LOG,
@@ -37,6 +38,7 @@ class RunFiles:
     train: dict | None = None
     evaluation: dict | None = None
     generation: dict | None = None
+    eval_blocks: dict | None = None  # per split, the summed NLL of blocks of the scored targets
     state: str = ""  # DVC's experiment state (Success, Failed, …) when the run is an experiment
 
     @property
@@ -62,7 +64,8 @@ def load_run(name: str, read: Callable[[str], str | None], state: str = "") -> R
     run = RunFiles(name=name, state=state)
     sources = (("params", PARAMS_FILE, yaml.safe_load), ("preflight", DEBUG_REPORT, _parse_json),
                ("train_log", TRAIN_LOG, parse_log), ("train", TRAIN_SUMMARY, _parse_json),
-               ("evaluation", EVAL_REPORT, _parse_json), ("generation", GENERATION_REPORT, _parse_json))
+               ("evaluation", EVAL_REPORT, _parse_json), ("generation", GENERATION_REPORT, _parse_json),
+               ("eval_blocks", EVAL_BLOCKS, _parse_json))
     for attribute, path, parse in sources:
         text = read(str(path))
         if text is None:

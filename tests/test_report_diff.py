@@ -1,0 +1,53 @@
+"""`python -m minigpt.report diff A B`: B - A per split with a paired 95% interval and a verdict, refused when the
+runs did not score the same blocks of the same text."""
+
+import json
+import math
+
+import numpy as np
+
+from minigpt.evaluate.intervals import block_sums
+from minigpt.report.__main__ import main
+from minigpt.report.diff import diff_text, paired_split
+from minigpt.report.run_files import RunFiles
+
+
+def blocks_of(nll: np.ndarray, sha: str = "abc") -> dict:
+    sums, counts = block_sums(nll, 200)
+    return {"blocks": 200, "splits": {s: {"sha256": sha, "tokens": counts.tolist(), "nll": sums.tolist()}
+                                      for s in ("val", "test")}}
+
+
+def run(name: str, nll: np.ndarray, lr: float = 1e-3, sha: str = "abc") -> RunFiles:
+    return RunFiles(name=name, params={"train": {"lr": lr}}, eval_blocks=blocks_of(nll, sha))
+
+
+BASE = np.random.default_rng(3).gamma(1.2, 1.3, size=30_000)
+NOISE = np.random.default_rng(4).normal(0, 0.05, size=BASE.shape)
+
+
+def test_a_better_run_a_worse_run_and_no_difference():
+    a = run("a", BASE)
+    better = paired_split(a, run("b", BASE - 0.02 + NOISE, lr=3e-3), "val")
+    assert better["verdict"] == "B is better" and better["ci95"][1] < 0
+    assert abs(better["difference"] - (better["b"] - better["a"])) < 1e-12
+    assert abs(better["difference"] + 0.02 / math.log(2)) < 0.002
+    assert paired_split(a, run("b", BASE + 0.02 + NOISE), "val")["verdict"] == "B is worse"
+    same = paired_split(a, run("b", BASE.copy()), "test")
+    assert same["difference"] == 0.0 and same["verdict"] == "no detectable difference"
+    text = diff_text(a, run("b", BASE - 0.02 + NOISE, lr=3e-3))
+    assert "B is better" in text and "train.lr 0.001 -> 0.003" in text
+
+
+def test_runs_on_other_text_or_without_blocks_are_not_compared():
+    a = run("a", BASE)
+    assert "different text" in paired_split(a, run("b", BASE, sha="other"), "val")["verdict"]
+    assert "no reports/eval_blocks.json for b" in paired_split(a, RunFiles(name="b"), "val")["verdict"]
+
+
+def test_the_cli_compares_the_workspace_with_itself(tmp_path, capsys):
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports/eval_blocks.json").write_text(json.dumps(blocks_of(BASE)))
+    assert main(["--repo", str(tmp_path), "diff", "workspace", "workspace"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("no detectable difference") == 2 and "+0.0000" in out and "params that differ: none" in out
