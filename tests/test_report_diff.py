@@ -8,7 +8,9 @@ import numpy as np
 
 from minigpt.evaluate.intervals import block_sums
 from minigpt.report.__main__ import main
-from minigpt.report.diff import diff_text, paired_split
+from minigpt.report.compare import compare_page
+from minigpt.report.diff import diff_text
+from minigpt.report.paired import paired_split
 from minigpt.report.run_files import RunFiles
 
 
@@ -51,3 +53,22 @@ def test_the_cli_compares_the_workspace_with_itself(tmp_path, capsys):
     assert main(["--repo", str(tmp_path), "diff", "workspace", "workspace"]) == 0
     out = capsys.readouterr().out
     assert out.count("no detectable difference") == 2 and "+0.0000" in out and "params that differ: none" in out
+
+
+def test_the_comparison_page_sets_every_run_against_the_best_one():
+    def evaluated(name, nll, lr):
+        r = run(name, nll, lr)
+        bpc = float(nll.sum() / len(nll) / math.log(2))
+        r.evaluation = {"val": {"bpc": bpc}, "test": {"bpc": bpc}, "generalization_gap": 0.01}
+        r.train = {"best_step": 10, "train_seconds": 5.0, "tokens_per_sec_median": 1000.0}
+        return r
+
+    runs = [evaluated("worse", BASE + 0.02 + NOISE, 1e-3), evaluated("best", BASE, 3e-3),
+            evaluated("same", BASE.copy(), 1e-2)]
+    html = compare_page(runs)
+    section = html.split("Against the best run, paired")[1].split("<h2>")[0]
+    assert "the best val bpc (best)" in section
+    worse_row = next(row for row in section.split("<tr>") if "<td>worse</td>" in row)
+    same_row = next(row for row in section.split("<tr>") if "<td>same</td>" in row)
+    assert worse_row.count("is worse") == 2 and same_row.count("no detectable difference") == 2
+    assert "<td>best</td>" not in section

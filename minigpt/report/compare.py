@@ -16,6 +16,7 @@ from minigpt.core.charts import Series, line_chart
 from minigpt.preflight.refusal_log import report_from_log
 from minigpt.report.decision import DECISION_METRICS, decision_metrics
 from minigpt.report.html import fmt, page, table
+from minigpt.report.paired import RESAMPLES, SPLITS, paired_split
 from minigpt.report.run_files import (
     PARAMS_FILE,
     WORKSPACE,
@@ -157,12 +158,39 @@ def overlaid_charts(runs: list[RunFiles]) -> str:
     ]) + "</div>"
 
 
+def paired_comparison(runs: list[RunFiles]) -> str:
+    """Every run against the one with the best val bpc: B - A per split with its paired 95% interval."""
+    scored = [r for r in runs if isinstance(((r.evaluation or {}).get("val") or {}).get("bpc"), (int, float))]
+    if len(scored) < 2:
+        return '<p class="muted">fewer than two evaluated runs</p>'
+    best = min(scored, key=lambda r: r.evaluation["val"]["bpc"])
+    rows = []
+    for run in runs:
+        if run is best:
+            continue
+        cells = [escape(run.name)]
+        for split in SPLITS:
+            row = paired_split(best, run, split)
+            if "difference" in row:
+                low, high = row["ci95"]
+                cells += [("num", f"{row['difference']:+.4f}"), ("num", f"[{low:+.4f}, {high:+.4f}]"),
+                          escape(row["verdict"].replace("B is", "is"))]
+            else:
+                cells += ["–", "–", escape(row["verdict"])]
+        rows.append(cells)
+    note = (f'<p class="muted">B = each run, A = the best val bpc ({escape(best.name)}); intervals from a paired '
+            f"bootstrap over the same blocks of the scored targets ({RESAMPLES} resamples).</p>")
+    return note + table(["run", "val B - A", "val 95% interval", "val", "test B - A", "test 95% interval", "test"],
+                        rows)
+
+
 def compare_page(runs: list[RunFiles]) -> str:
     params = differing_params(runs)
     states = ", ".join(f"{escape(r.name)} ({escape(r.state)})" if r.state else escape(r.name) for r in runs)
     body = [f"<h1>minigpt: {len(runs)} runs compared</h1>", f'<p class="muted">{states}. One self-contained file: '
             "no script, nothing loaded from the network. Best value per metric highlighted.</p>",
             "<h2>Decision metrics</h2>", metrics_comparison(runs),
+            "<h2>Against the best run, paired</h2>", paired_comparison(runs),
             "<h2>Params that differ</h2>",
             table(["param", *[r.name for r in runs]], [[f"<code>{escape(k)}</code>", *[fmt(v) for v in values]]
                                                      for k, values in params]) if params

@@ -1,0 +1,31 @@
+"""Two runs scored on the same targets, compared paired: per split, B - A in bits per character with its 95%
+interval over the same blocks (minigpt.evaluate.intervals) and a verdict; what `report diff` prints and the
+comparison page shows against the best run."""
+
+from __future__ import annotations
+
+import math
+
+from minigpt.evaluate.intervals import paired_difference
+from minigpt.report.run_files import RunFiles
+
+RESAMPLES, SEED = 2000, 0  # as evaluate's defaults: the same blocks give the same interval
+SPLITS = ("val", "test")
+
+
+def paired_split(a: RunFiles, b: RunFiles, split: str) -> dict:
+    """{"a", "b", "difference", "ci95", "verdict"} for one split, or {"verdict": why it cannot be compared}."""
+    blocks = [(run.eval_blocks or {}).get("splits", {}).get(split) for run in (a, b)]
+    missing = [run.name for run, kept in zip((a, b), blocks) if not kept]
+    if missing:
+        return {"verdict": f"not comparable: no reports/eval_blocks.json for {', '.join(missing)} (evaluate again)"}
+    first, second = blocks
+    if first.get("sha256") != second.get("sha256"):
+        return {"verdict": "not comparable: the runs scored different text (the split's SHA-256 differs)"}
+    if first.get("tokens") != second.get("tokens"):
+        return {"verdict": "not comparable: the runs cut the split into different blocks (evaluate.blocks differs)"}
+    paired = paired_difference(first["nll"], second["nll"], first["tokens"], RESAMPLES, SEED)
+    low, high = paired["ci95"]
+    verdict = ("B is better" if high < 0 else "B is worse" if low > 0 else "no detectable difference")
+    bpc = [sum(kept["nll"]) / sum(kept["tokens"]) / math.log(2) for kept in blocks]
+    return {"a": bpc[0], "b": bpc[1], **paired, "verdict": verdict}
