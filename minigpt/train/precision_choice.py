@@ -31,8 +31,8 @@ def _time_training_steps(params: Params, vocab_size: int, device: torch.device,
     batch = [params.train.batch_size, config.block_size]
     inputs, targets = precision.random_batch(vocab_size, *batch, device, seed=0)
 
-    def step(precision: str) -> None:
-        train_step.training_step(model, optimizer, inputs, targets, params.train.lr, precision, params.train.grad_clip)
+    def step(kind: str) -> None:  # one training step in precision `kind`
+        train_step.training_step(model, optimizer, inputs, targets, params.train.lr, kind, params.train.grad_clip)
 
     return precision.interleaved_seconds(step, device, precisions), sum(p.numel() for p in model.parameters()), batch
 

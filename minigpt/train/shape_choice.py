@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from minigpt.core.config import Params
+from minigpt.model.precision import number_text
 from minigpt.train.precision_choice import measure_training
 
 
@@ -71,11 +72,9 @@ def choose_shape(params: Params, vocab_size: int, device: torch.device) -> tuple
 def describe(record: dict) -> str:
     """One line: every shape's measured tokens/s and tokens per parameter, and the choice (the console and the run
     page; a field missing from an old report reads "?")."""
-    def number(value, spec: str = ",.0f") -> str:
-        return format(value, spec) if isinstance(value, (int, float)) else "?"
-
-    parts = [f"{name} {number(s.get('parameters'))} parameters at {number(s.get('tokens_per_s'))} tokens/s "
-             f"({s.get('precision')}) = {number(s.get('tokens_per_parameter'), '.2f')} tokens/parameter"
+    parts = [f"{name} {number_text(s.get('parameters'))} parameters at {number_text(s.get('tokens_per_s'))} tokens/s "
+             f"({s.get('precision')}) = {number_text(s.get('tokens_per_parameter'), '.2f')} tokens/parameter"
              for name, s in (record.get("shapes") or {}).items()]
-    return (f"{record.get('choice')} (in {number(record.get('budget_seconds'), 'g')} s: {'; '.join(parts)}; rule: the "
-            f"largest with >= {number(record.get('min_tokens_per_parameter'), 'g')}, else the smallest)")
+    budget = number_text(record.get("budget_seconds"), "g")
+    return (f"{record.get('choice')} (in {budget} s: {'; '.join(parts)}; rule: the largest with >= "
+            f"{number_text(record.get('min_tokens_per_parameter'), 'g')}, else the smallest)")
