@@ -138,6 +138,7 @@ def test_evaluate_and_generate_stages_on_a_trained_checkpoint(project):
     assert metrics["best_step"] == 250 and metrics["min_context"] == 32 - 16 + 1
     # the blocks behind the 95% interval: every scored target in exactly one block, summing to the split's figure
     blocks = json.loads((root / "reports/eval_blocks.json").read_text())
+    assert (blocks["resamples"], blocks["seed"]) == (metrics["interval"]["resamples"], metrics["interval"]["seed"])
     for split in ("val", "test"):
         kept, m = blocks["splits"][split], metrics[split]
         assert len(kept["tokens"]) == metrics["interval"]["blocks"] == 200 and sum(kept["tokens"]) == m["tokens"]

@@ -72,3 +72,12 @@ def test_the_comparison_page_sets_every_run_against_the_best_one():
     same_row = next(row for row in section.split("<tr>") if "<td>same</td>" in row)
     assert worse_row.count("is worse") == 2 and same_row.count("no detectable difference") == 2
     assert "<td>best</td>" not in section
+
+
+def test_the_comparison_resamples_as_the_runs_evaluation_did():
+    a, b = run("a", BASE), run("b", BASE - 0.02 + NOISE)
+    default = paired_split(a, b, "val")
+    a.eval_blocks = {**a.eval_blocks, "resamples": 500, "seed": 9}
+    recorded = paired_split(a, b, "val")
+    assert recorded["difference"] == default["difference"] and recorded["ci95"] != default["ci95"]
+    assert "500 resamples" in diff_text(a, b)

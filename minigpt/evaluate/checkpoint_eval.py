@@ -99,7 +99,8 @@ def evaluate_with_blocks(params, root, checkpoint_path=None) -> tuple[dict, dict
     ladder = load_baselines(root)  # refused before any scoring when stale or missing
     val_ids, test_ids = load_ids(root / ENCODED_DIR, "val"), load_ids(root / ENCODED_DIR, "test")
     hashes = split_hashes(root / ENCODED_DIR, ("val", "test"))
-    blocks = {"blocks": settings.blocks, "checkpoint": str(path), "splits": {}}
+    blocks = {"blocks": settings.blocks, "resamples": settings.bootstrap_resamples, "seed": settings.bootstrap_seed,
+              "checkpoint": str(path), "splits": {}}
     scored = {}
     for split, ids in (("val", val_ids), ("test", test_ids)):
         nll = nll_of(ids)

@@ -16,7 +16,7 @@ from minigpt.core.charts import Series, line_chart
 from minigpt.preflight.refusal_log import report_from_log
 from minigpt.report.decision import DECISION_METRICS, decision_metrics
 from minigpt.report.html import fmt, page, table
-from minigpt.report.paired import RESAMPLES, SPLITS, paired_split
+from minigpt.report.paired import SPLITS, paired_split, resampling
 from minigpt.report.run_files import (
     PARAMS_FILE,
     WORKSPACE,
@@ -179,7 +179,7 @@ def paired_comparison(runs: list[RunFiles]) -> str:
                 cells += ["–", "–", escape(row["verdict"])]
         rows.append(cells)
     note = (f'<p class="muted">B = each run, A = the best val bpc ({escape(best.name)}); intervals from a paired '
-            f"bootstrap over the same blocks of the scored targets ({RESAMPLES} resamples).</p>")
+            f"bootstrap over the same blocks of the scored targets ({resampling(best)[0]} resamples).</p>")
     return note + table(["run", "val B - A", "val 95% interval", "val", "test B - A", "test 95% interval", "test"],
                         rows)
 

@@ -4,14 +4,14 @@ interval (minigpt.evaluate.intervals) and a verdict, and the params that differ 
 from __future__ import annotations
 
 from minigpt.report.compare import differing_params
-from minigpt.report.paired import RESAMPLES, SPLITS, paired_split
+from minigpt.report.paired import SPLITS, paired_split, resampling
 from minigpt.report.run_files import RunFiles
 
 
 def diff_text(a: RunFiles, b: RunFiles) -> str:
     """The terminal table: per split A, B, B - A [95% interval] and the verdict; then the params that differ."""
     lines = [f"A = {a.name}, B = {b.name} (bits per character; paired bootstrap over the same blocks, "
-             f"{RESAMPLES} resamples)",
+             f"{resampling(a)[0]} resamples)",
              f"{'split':<6} {'A':>8} {'B':>8} {'B - A':>9}  {'95% interval':<21} verdict"]
     for split in SPLITS:
         row = paired_split(a, b, split)

@@ -9,8 +9,15 @@ import math
 from minigpt.evaluate.intervals import paired_difference
 from minigpt.report.run_files import RunFiles
 
-RESAMPLES, SEED = 2000, 0  # as evaluate's defaults: the same blocks give the same interval
+# what A's evaluation resampled with (reports/eval_blocks.json); these for a file written before it recorded them
+DEFAULT_RESAMPLES, DEFAULT_SEED = 2000, 0
 SPLITS = ("val", "test")
+
+
+def resampling(run: RunFiles) -> tuple[int, int]:
+    """(resamples, seed) the run's evaluation used for its own intervals: the paired comparison uses the same."""
+    kept = run.eval_blocks or {}
+    return kept.get("resamples", DEFAULT_RESAMPLES), kept.get("seed", DEFAULT_SEED)
 
 
 def paired_split(a: RunFiles, b: RunFiles, split: str) -> dict:
@@ -24,7 +31,7 @@ def paired_split(a: RunFiles, b: RunFiles, split: str) -> dict:
         return {"verdict": "not comparable: the runs scored different text (the split's SHA-256 differs)"}
     if first.get("tokens") != second.get("tokens"):
         return {"verdict": "not comparable: the runs cut the split into different blocks (evaluate.blocks differs)"}
-    paired = paired_difference(first["nll"], second["nll"], first["tokens"], RESAMPLES, SEED)
+    paired = paired_difference(first["nll"], second["nll"], first["tokens"], *resampling(a))
     low, high = paired["ci95"]
     verdict = ("B is better" if high < 0 else "B is worse" if low > 0 else "no detectable difference")
     bpc = [sum(kept["nll"]) / sum(kept["tokens"]) / math.log(2) for kept in blocks]
