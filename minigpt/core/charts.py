@@ -2,7 +2,8 @@
 the inline SVG charts of the offline pages (no JavaScript, no network, text drawn as paths, so no font is
 needed either).
 
-A chart is a few series of (x, y) points on shared axes, a legend, and an optional log scale on y. Non-finite
+A chart is a few series of (x, y) points on shared axes (each optionally with a shaded band, e.g. the range over a
+group's seeds), a legend, and an optional log scale on y. Non-finite
 points (and, on a log scale, points <= 0) are skipped, so a run that diverged shows where it stopped.
 """
 
@@ -31,6 +32,7 @@ class Series:
     points: list[tuple[float, float]]
     markers: bool = False  # dots on each point (sparse series, e.g. validation loss)
     dashed: bool = False
+    band: list[tuple[float, float, float]] | None = None  # (x, low, high): a shaded range around the line
 
 
 def drawable(series: list[Series], log_y: bool = False) -> list[Series]:
@@ -38,7 +40,12 @@ def drawable(series: list[Series], log_y: bool = False) -> list[Series]:
     def usable(x: float, y: float) -> bool:
         return math.isfinite(x) and math.isfinite(y) and (y > 0 or not log_y)
 
-    return [Series(s.label, [(x, y) for x, y in s.points if usable(x, y)], s.markers, s.dashed) for s in series]
+    def band(points):
+        return None if points is None else [(x, low, high) for x, low, high in points
+                                            if usable(x, low) and usable(x, high)]
+
+    return [Series(s.label, [(x, y) for x, y in s.points if usable(x, y)], s.markers, s.dashed, band(s.band))
+            for s in series]
 
 
 def draw(ax, title: str, series: list[Series], x_label: str, y_label: str, log_y: bool = False) -> None:
@@ -55,6 +62,9 @@ def draw(ax, title: str, series: list[Series], x_label: str, y_label: str, log_y
         if not s.points:
             continue
         xs, ys = zip(*s.points)
+        if s.band:
+            band_x, lows, highs = zip(*s.band)
+            ax.fill_between(band_x, lows, highs, color=PALETTE[i % len(PALETTE)], alpha=0.2, linewidth=0)
         ax.plot(xs, ys, color=PALETTE[i % len(PALETTE)], linewidth=1.2, linestyle="--" if s.dashed else "-",
                 marker="o" if s.markers else None, markersize=3, label=s.label)
     if log_y:

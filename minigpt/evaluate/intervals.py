@@ -7,11 +7,13 @@ characters' losses are correlated (a hard word is hard for several characters): 
 correlation inside each block, so the interval is not too narrow. Two runs scored on the same targets are compared
 **paired**: the same blocks are drawn for both, so what the text makes hard cancels out and only the difference
 between the models is resampled. The resampling seed is fixed, so the same inputs give the same interval.
+Groups of runs that differ only in their seeds add the noise of training itself: `group_difference`.
 """
 
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 
@@ -49,3 +51,57 @@ def paired_difference(nll_sums_a, nll_sums_b, tokens, resamples: int, seed: int)
     diffs = (b[picks].sum(axis=1) - a[picks].sum(axis=1)) / tokens[picks].sum(axis=1) / math.log(2)
     low, high = np.quantile(diffs, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
     return {"difference": float((b.sum() - a.sum()) / tokens.sum() / math.log(2)), "ci95": [float(low), float(high)]}
+
+
+def student_t_quantile(p: float, df: float) -> float:
+    """The p-quantile (p > 0.5) of Student's t with `df` degrees of freedom (any real df > 0): the CDF integrated
+    from the density (Simpson's rule) and inverted by bisection. Beyond 1000 degrees the normal quantile."""
+    if df > 1000:
+        return NormalDist().inv_cdf(p)
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def cdf(x: float) -> float:
+        grid = np.linspace(0.0, x, 2001)
+        density = np.exp(log_norm - (df + 1) / 2 * np.log1p(grid * grid / df))
+        weights = np.ones(len(grid))
+        weights[1:-1:2], weights[2:-1:2] = 4, 2
+        return 0.5 + float((weights * density).sum()) * (x / 2000) / 3
+
+    low, high = 0.0, 1.0
+    while cdf(high) < p:
+        high *= 2
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if cdf(middle) < p else (low, middle)
+    return (low + high) / 2
+
+
+def group_difference(sums_a, sums_b, tokens, resamples: int, seed: int) -> dict:
+    """B - A between the mean bpc of two groups of runs that differ only in their seeds, all scored on the same
+    blocks (`sums_a`: one row of block NLL sums per run of A, at least two rows each).
+
+    Two sources of noise: training (another seed gives another model) and the text (which blocks are in the split).
+    The first is the runs' spread, s^2 / n per group; the second the paired bootstrap of the groups' mean models
+    over the same blocks. Their variances add; the 95% interval is Student's t with Welch-Satterthwaite degrees of
+    freedom, so three seeds per group give a wide interval, as they should."""
+    a, b = np.asarray(sums_a, dtype=np.float64), np.asarray(sums_b, dtype=np.float64)
+    tokens = np.asarray(tokens, dtype=np.float64)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != len(tokens) or b.shape[1] != len(tokens):
+        raise ValueError("every run of both groups must be scored on the same blocks of the same targets")
+    if min(len(a), len(b)) < 2:
+        raise ValueError("a group needs at least two runs (seeds) to have a spread")
+    to_bpc = 1 / tokens.sum() / math.log(2)
+    bpc_a, bpc_b = a.sum(axis=1) * to_bpc, b.sum(axis=1) * to_bpc
+    picks = _resample_indices(len(tokens), resamples, seed)
+    text = (b.mean(axis=0)[picks].sum(axis=1) - a.mean(axis=0)[picks].sum(axis=1)) / tokens[picks].sum(axis=1)
+    parts = [(bpc_a.var(ddof=1) / len(a), len(a) - 1), (bpc_b.var(ddof=1) / len(b), len(b) - 1),
+             (float((text / math.log(2)).var(ddof=1)), len(tokens) - 1)]
+    variance = sum(v for v, _ in parts)
+    difference = float(bpc_b.mean() - bpc_a.mean())
+    if variance == 0:
+        return {"difference": difference, "ci95": [difference, difference], "se_seeds": 0.0, "se_text": 0.0,
+                "df": math.inf}
+    df = variance ** 2 / sum(v ** 2 / dof for v, dof in parts if v > 0)
+    half = student_t_quantile((1 + LEVEL) / 2, df) * math.sqrt(variance)
+    return {"difference": difference, "ci95": [difference - half, difference + half],
+            "se_seeds": math.sqrt(parts[0][0] + parts[1][0]), "se_text": math.sqrt(parts[2][0]), "df": float(df)}

@@ -1,6 +1,7 @@
 """python -m minigpt.report run [--out reports/report.html]         this workspace's run
    python -m minigpt.report compare NAME NAME … [--out compare.html] runs as `dvc exp show` names them
-   python -m minigpt.report diff A B                                 B - A per split, with a paired 95% interval"""
+   python -m minigpt.report diff A B [C …]                           B - A per split, with a paired 95% interval;
+                                                                     runs differing only in seeds compared as groups"""
 
 from __future__ import annotations
 
@@ -21,17 +22,18 @@ def main(argv: list[str] | None = None) -> int:
     compare = sub.add_parser("compare", help="several runs on one page")
     compare.add_argument("names", nargs="+", help="experiment names, commits, branches, or 'workspace'")
     compare.add_argument("--out", type=Path, default=Path("reports/compare.html"))
-    diff = sub.add_parser("diff", help="two runs: B - A per split with a paired 95%% interval, and a verdict")
+    diff = sub.add_parser("diff", help="B - A per split with a paired 95%% interval, and a verdict; runs whose "
+                          "params differ only in seeds are compared as seed groups (each against the first)")
     diff.add_argument("a", help="experiment name, commit, branch, or 'workspace'")
-    diff.add_argument("b", help="experiment name, commit, branch, or 'workspace'")
+    diff.add_argument("b", nargs="+", help="experiment name, commit, branch, or 'workspace' (several: more runs)")
     parser.add_argument("--repo", type=Path, default=Path("."), help="the project root (default: .)")
     args = parser.parse_args(argv)
     try:
         if args.command == "diff":
             from minigpt.report.compare import load_runs
-            from minigpt.report.diff import diff_text
+            from minigpt.report.diff import diff_runs_text
 
-            print(diff_text(*load_runs(args.repo, [args.a, args.b])))
+            print(diff_runs_text(load_runs(args.repo, [args.a, *args.b])))
             return 0
         if args.command == "run":
             from minigpt.report.run_files import WORKSPACE, load_run, workspace_reader

@@ -7,6 +7,7 @@ experiments are listed through `dvc.api.exp_show` and their files read through `
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
 from html import escape
@@ -15,12 +16,14 @@ from pathlib import Path
 from minigpt.core.charts import Series, line_chart
 from minigpt.preflight.refusal_log import report_from_log
 from minigpt.report.decision import DECISION_METRICS, decision_metrics
+from minigpt.report.groups import SEED_KEYS, SeedGroup, group_split, has_groups, mean_sd_text, seed_groups
 from minigpt.report.html import fmt, page, table
 from minigpt.report.paired import SPLITS, paired_split, resampling
 from minigpt.report.run_files import (
     PARAMS_FILE,
     WORKSPACE,
     RunFiles,
+    flat_params,
     load_run,
     revision_reader,
     workspace_reader,
@@ -28,17 +31,6 @@ from minigpt.report.run_files import (
 
 # experiment states whose commit does not hold the run's results
 UNFINISHED = ("Failed", "Queued", "Running")
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in (tree or {}).items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(_flatten(value, name + "."))
-        else:
-            flat[name] = value
-    return flat
 
 
 def experiment_index(root: Path) -> dict[str, dict]:
@@ -81,7 +73,7 @@ def unfinished_run(root: Path, name: str, entry: dict) -> RunFiles:
 
 
 def differing_params(runs: list[RunFiles]) -> list[tuple[str, list]]:
-    flats = [_flatten(r.params or {}) for r in runs]
+    flats = [flat_params(r) for r in runs]
     keys = sorted(set().union(*flats))
     return [(k, [f.get(k) for f in flats]) for k in keys if len({repr(f.get(k)) for f in flats}) > 1]
 
@@ -145,17 +137,40 @@ def watchdog_comparison(runs: list[RunFiles]) -> str:
     return table(["watchdog", *[r.name for r in runs]], rows, cls="watchdogs")
 
 
-def overlaid_charts(runs: list[RunFiles]) -> str:
-    def series(key: str, markers: bool = False) -> list[Series]:
-        return [Series(r.name, [(rec["step"], rec[key]) for rec in r.train_log if key in rec], markers=markers)
-                for r in runs]
+CURVES = (("validation loss", "val_loss", "nats per character", True, False),
+          ("training loss", "train_loss", "nats per character", False, False),
+          ("learning rate", "lr", "lr", False, False),
+          ("gradient norm (before clipping)", "grad_norm", "norm", False, True))
 
-    return '<div class="charts">' + "".join([
-        line_chart("validation loss", series("val_loss", markers=True), "step", "nats per character"),
-        line_chart("training loss", series("train_loss"), "step", "nats per character"),
-        line_chart("learning rate", series("lr"), "step", "lr"),
-        line_chart("gradient norm (before clipping)", series("grad_norm"), "step", "norm", log_y=True),
-    ]) + "</div>"
+
+def _points(run: RunFiles, key: str) -> list[tuple[float, float]]:
+    return [(rec["step"], rec[key]) for rec in run.train_log if key in rec]
+
+
+def _group_series(group: SeedGroup, key: str, markers: bool) -> Series:
+    """The group's mean at each step its runs logged, and the band from their lowest to their highest value."""
+    by_step: dict[float, list[float]] = {}
+    for run in group.runs:
+        for step, value in _points(run, key):
+            by_step.setdefault(step, []).append(value)
+    steps = sorted(by_step)
+    return Series(f"{group.label} ({len(group.runs)})", [(x, statistics.fmean(by_step[x])) for x in steps],
+                  markers=markers, band=[(x, min(by_step[x]), max(by_step[x])) for x in steps])
+
+
+def overlaid_charts(runs: list[RunFiles]) -> str:
+    """One line per run; when a setting was trained with several seeds, one line per seed group (its mean) with
+    the range over its seeds as a band."""
+    groups = seed_groups(runs)
+    grouped = has_groups(groups)
+    charts = []
+    for title, key, unit, markers, log_y in CURVES:
+        series = ([_group_series(group, key, markers) for group in groups] if grouped else
+                  [Series(r.name, _points(r, key), markers=markers) for r in runs])
+        charts.append(line_chart(title, series, "step", unit, log_y=log_y))
+    note = ('<p class="muted">One line per seed group: the mean of its runs, shaded from their lowest to their '
+            "highest value at each step (legend: the group, its number of runs).</p>" if grouped else "")
+    return note + '<div class="charts">' + "".join(charts) + "</div>"
 
 
 def paired_comparison(runs: list[RunFiles]) -> str:
@@ -184,6 +199,39 @@ def paired_comparison(runs: list[RunFiles]) -> str:
                         rows)
 
 
+def groups_comparison(runs: list[RunFiles]) -> str:
+    """Each seed group's mean ± sd, and every group against the one with the best mean val bpc."""
+    groups = seed_groups(runs)
+    if not has_groups(groups):
+        return ('<p class="muted">no setting was trained more than once (runs whose params differ only in '
+                f"{', '.join(SEED_KEYS)} form a group)</p>")
+    rows = [[escape(g.label), escape(", ".join(r.name for r in g.runs)), escape(", ".join(map(str, g.seeds))),
+             *[("num", escape(mean_sd_text(g.summary(split)))) for split in SPLITS]] for g in groups]
+    summary = table(["group", "runs", "train.seed", "val bpc, mean ± sd", "test bpc, mean ± sd"], rows)
+    scored = [g for g in groups if g.summary("val")["mean"] is not None]
+    if len(scored) < 2:
+        return summary
+    best = min(scored, key=lambda g: g.summary("val")["mean"])
+    rows = []
+    for group in groups:
+        if group is best:
+            continue
+        cells = [escape(group.label)]
+        for split in SPLITS:
+            row = group_split(best, group, split)
+            if "difference" in row:
+                low, high = row["ci95"]
+                cells += [("num", f"{row['difference']:+.4f}"), ("num", f"[{low:+.4f}, {high:+.4f}]"),
+                          escape(row["verdict"].replace("B is", "is"))]
+            else:
+                cells += ["–", "–", escape(row["verdict"])]
+        rows.append(cells)
+    note = (f'<p class="muted">B = each group, A = the best mean val bpc ({escape(best.label)}); the interval holds '
+            "the spread over seeds (Welch's t) and over the text (paired bootstrap of the blocks).</p>")
+    return summary + note + table(["group", "val B - A", "val 95% interval", "val", "test B - A",
+                                   "test 95% interval", "test"], rows)
+
+
 def compare_page(runs: list[RunFiles]) -> str:
     params = differing_params(runs)
     states = ", ".join(f"{escape(r.name)} ({escape(r.state)})" if r.state else escape(r.name) for r in runs)
@@ -191,6 +239,7 @@ def compare_page(runs: list[RunFiles]) -> str:
             "no script, nothing loaded from the network. Best value per metric highlighted.</p>",
             "<h2>Decision metrics</h2>", metrics_comparison(runs),
             "<h2>Against the best run, paired</h2>", paired_comparison(runs),
+            "<h2>Seed groups</h2>", groups_comparison(runs),
             "<h2>Params that differ</h2>",
             table(["param", *[r.name for r in runs]], [[f"<code>{escape(k)}</code>", *[fmt(v) for v in values]]
                                                      for k, values in params]) if params

@@ -32,7 +32,11 @@ def paired_split(a: RunFiles, b: RunFiles, split: str) -> dict:
     if first.get("tokens") != second.get("tokens"):
         return {"verdict": "not comparable: the runs cut the split into different blocks (evaluate.blocks differs)"}
     paired = paired_difference(first["nll"], second["nll"], first["tokens"], *resampling(a))
-    low, high = paired["ci95"]
-    verdict = ("B is better" if high < 0 else "B is worse" if low > 0 else "no detectable difference")
     bpc = [sum(kept["nll"]) / sum(kept["tokens"]) / math.log(2) for kept in blocks]
-    return {"a": bpc[0], "b": bpc[1], **paired, "verdict": verdict}
+    return {"a": bpc[0], "b": bpc[1], **paired, "verdict": verdict_of(paired["ci95"])}
+
+
+def verdict_of(ci95: list[float]) -> str:
+    """What a 95% interval of B - A says: better (all of it below 0), worse (all above), or neither."""
+    low, high = ci95
+    return "B is better" if high < 0 else "B is worse" if low > 0 else "no detectable difference"

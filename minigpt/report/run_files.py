@@ -55,6 +55,22 @@ class RunFiles:
         return [c for c in (self.preflight or {}).get("checks", []) if c.get("status") == "failed"]
 
 
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in (tree or {}).items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def flat_params(run: RunFiles) -> dict:
+    """The run's params as dotted keys ("train.lr": 0.003), as `dvc exp show` and `-S` name them."""
+    return _flatten(run.params or {})
+
+
 def _parse_json(text: str):
     return json.loads(text)
 
