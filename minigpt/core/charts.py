@@ -18,7 +18,7 @@ from pathlib import Path
 
 import matplotlib
 from matplotlib.figure import Figure  # the object API: no pyplot state, no GUI backend
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 # colours that stay distinguishable for the common forms of colour blindness (Okabe-Ito)
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
@@ -71,7 +71,9 @@ def draw(ax, title: str, series: list[Series], x_label: str, y_label: str, log_y
         ax.set_yscale("log")
         plain = FuncFormatter(lambda value, _pos: f"{value:g}")  # 0.6, 2, 3 rather than 6 x 10^-1
         ax.yaxis.set_major_formatter(plain)
-        ax.yaxis.set_minor_formatter(plain)
+        ys = [y for s in clean for _, y in s.points]
+        # within about a decade the powers of ten alone leave the axis unlabelled; over more, minor labels overlap
+        ax.yaxis.set_minor_formatter(plain if max(ys) / min(ys) < 30 else NullFormatter())
     ax.legend(loc="upper right", fontsize=7, frameon=False)
 
 

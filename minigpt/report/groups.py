@@ -91,16 +91,17 @@ def mean_sd_text(summary: dict) -> str:
 
 def groups_text(groups: list[SeedGroup]) -> str:
     """The terminal form: each group's mean ± sd, then every other group against the first (B - A)."""
-    lines = [f"seed groups (runs whose params differ only in {', '.join(SEED_KEYS)}); bits per character, "
-             "mean ± standard deviation over the group's runs"]
+    lines = [f"seed groups: runs whose params differ only in {', '.join(SEED_KEYS)}",
+             "bits per character, mean ± standard deviation over the group's runs"]
     for i, group in enumerate(groups, 1):
         cells = "   ".join(f"{split} {mean_sd_text(group.summary(split))}" for split in SPLITS)
         lines.append(f"G{i} {group.label}: {len(group.runs)} runs (train.seed "
                      f"{', '.join(str(s) for s in group.seeds)}): {cells}")
         lines.append(f"   runs: {', '.join(run.name for run in group.runs)}")
     first = groups[0]
-    lines.append(f"B - A with A = G1; difference of the group means, 95% interval over seeds and text "
-                 f"(Welch t; paired bootstrap of the blocks, {resampling(first.runs[0])[0]} resamples)")
+    lines.append("B - A with A = G1: the difference of the group means; its 95% interval holds the seeds' spread "
+                 f"(Welch's t)\nand the text's (paired bootstrap of the blocks, {resampling(first.runs[0])[0]} "
+                 "resamples)")
     lines.append(f"{'B':<4}{'split':<6} {'A':>8} {'B':>8} {'B - A':>9}  {'95% interval':<21} verdict")
     for i, group in enumerate(groups[1:], 2):
         for split in SPLITS:
