@@ -1,5 +1,6 @@
 """Checkpoints load strictly or fail loudly; the doctor diagnoses trained weights."""
 
+import re
 import subprocess
 import sys
 
@@ -90,6 +91,42 @@ def test_pickled_objects_are_refused_in_one_line_that_never_suggests_unsafe_load
     with pytest.raises(CheckpointError, match="not a minigpt checkpoint: it holds pickled Python objects") as err:
         load_checkpoint(path)
     assert "weights_only" not in str(err.value) and len(str(err.value).splitlines()) == 1
+
+
+class RunsCode:
+    """A pickle payload: unpickling it calls os.system, which would create the marker file."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("writer", ["torch.save", "pickle.dump"])
+def test_a_pickle_payload_is_named_by_what_it_would_call_and_never_runs(tmp_path, writer, capsys):
+    """Not "damaged": the message names the global the loader refused (here os.system), for evaluate, generate,
+    the doctor and resume alike (they all load through load_checkpoint)."""
+    import os
+    import pickle
+
+    marker = tmp_path / "ran"
+    path = tmp_path / "models/mini_gpt_best.pt"
+    path.parent.mkdir()
+    payload = {"model_state_dict": {}, "config": {}, "tokenizer_fingerprint": "", "obj": RunsCode(marker)}
+    if writer == "torch.save":
+        torch.save(payload, path)
+    else:
+        path.write_bytes(pickle.dumps(payload, protocol=4))
+    expected = f"it holds pickled Python objects ({os.system.__module__}.system)"
+    with pytest.raises(CheckpointError, match=re.escape(expected)) as err:
+        load_checkpoint(path)
+    assert "damaged" not in str(err.value) and "weights_only" not in str(err.value)
+    assert doctor_main(["--checkpoint", str(path)]) != 0
+    assert expected in capsys.readouterr().err
+    assert not marker.exists(), "the payload's code ran"
 
 
 @pytest.mark.parametrize("payload,message", [

@@ -146,3 +146,27 @@ def test_tokenizer_json_of_the_wrong_shape_is_named(tmp_path, content):
     (tmp_path / "tok.json").write_text(content)
     with pytest.raises(DataError, match=r"tok.json: not a minigpt-char-tokenizer file"):
         CharTokenizer.load(tmp_path / "tok.json")
+
+
+def test_a_real_full_disk_during_encode_leaves_the_previous_splits_and_one_line(project):
+    """data/ on a small tmpfs with no space left: encode's outputs cannot be written; the stage says which
+    output and why in one line, exits non-zero, and the encoded splits of the last run stay as they were."""
+    import subprocess
+    import sys
+
+    from helpers import REPO_ROOT
+    from helpers.filesystems import fill, small_disk
+
+    root, _source = project
+    data = root / "data"
+    with small_disk(data, spare_bytes=0):
+        before = {p.name: p.read_bytes() for p in (data / "encoded").iterdir()}
+        fill(data)
+        result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/encode.py")], cwd=root, capture_output=True,
+                                text=True)
+        assert result.returncode == 1, result.stderr
+        assert result.stderr.strip() == ("[encode] error: data/encoded: could not write it (No space left on device); "
+                                         "the previous one is left as it was and nothing half-written remains. Free "
+                                         "disk space or fix the folder's permissions, then rerun.")
+        assert {p.name: p.read_bytes() for p in (data / "encoded").iterdir()} == before
+        assert not list(data.glob(".encoded.*.tmp"))

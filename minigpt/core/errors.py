@@ -11,3 +11,12 @@ class ConfigError(MinigptError):
 
 class DataError(MinigptError):
     """Input data is missing, corrupt or does not match what was expected."""
+
+
+class WriteFailed(MinigptError):
+    """An output could not be written (disk full, quota, read-only folder); the previous file is left as it was."""
+
+    def __init__(self, target, cause: str):
+        self.target, self.cause = target, cause
+        super().__init__(f"{target}: could not write it ({cause}); the previous one is left as it was and nothing "
+                         "half-written remains. Free disk space or fix the folder's permissions, then rerun.")

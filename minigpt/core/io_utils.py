@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -10,6 +11,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+
+from minigpt.core.errors import WriteFailed
 
 _CHUNK = 1 << 20
 
@@ -32,12 +35,26 @@ def sha256_file(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
+# what a full disk, a quota or a folder that turned read-only raise while an output is written
+WRITE_FAILURES = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
+
+
+def raise_if_write_failure(exc: OSError, target: Path) -> None:
+    """A write the machine refused becomes one message naming the output (not the temp file) and the cause."""
+    if exc.errno in WRITE_FAILURES:
+        raise WriteFailed(target, exc.strerror or str(exc)) from None
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temp path in the target's folder; on success fsync it and os.replace it onto `path`."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise_if_write_failure(exc, target)
+        raise
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -46,6 +63,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual permissions
         os.replace(tmp, target)
+    except OSError as exc:
+        raise_if_write_failure(exc, target)
+        raise
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -78,13 +98,20 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     """Build a directory in a temp sibling; replace `path` with it only if the block succeeds."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    except OSError as exc:
+        raise_if_write_failure(exc, target)
+        raise
     try:
         yield tmp
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)
+    except OSError as exc:
+        raise_if_write_failure(exc, target)
+        raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)

@@ -8,6 +8,7 @@ The keys are the guide's and PyTorch's: `model_state_dict`, `config` (MiniGPTCon
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 from pathlib import Path
@@ -16,10 +17,11 @@ from typing import Any, NamedTuple
 import torch
 from pydantic import ValidationError
 
-from minigpt.core.errors import MinigptError
-from minigpt.core.io_utils import atomic_path
+from minigpt.core.errors import MinigptError, WriteFailed
+from minigpt.core.io_utils import atomic_write_bytes
 from minigpt.data.tokenizer import CharTokenizer
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig
+from minigpt.model.pickle_scan import pickled_globals
 
 # keys of the layout minigpt wrote before it used the conventional names (renamed on load)
 LEGACY_KEYS = {"model_state": "model_state_dict", "model_config": "config", "optimizer_state": "optimizer_state_dict"}
@@ -37,11 +39,13 @@ def save_checkpoint(path: str | Path, model: MiniGPT, tokenizer_fingerprint: str
         "tokenizer_fingerprint": tokenizer_fingerprint,
         **extra,
     }
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)  # in memory first: torch's writer turns a full disk into a vague RuntimeError
     try:
-        with atomic_path(path) as tmp:
-            torch.save(payload, tmp)
-    except OSError as exc:
-        raise CheckpointError(f"{path}: could not write the checkpoint ({exc.strerror or exc}); the previous one is "
+        atomic_write_bytes(path, buffer.getbuffer())
+    except (WriteFailed, OSError) as exc:
+        cause = exc.cause if isinstance(exc, WriteFailed) else exc.strerror or exc
+        raise CheckpointError(f"{path}: could not write the checkpoint ({cause}); the previous one is "
                               f"left as it was. Free disk space or fix the folder's permissions, then rerun to "
                               "resume.") from None
 
@@ -53,14 +57,16 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     try:
         # weights_only: tensors and plain containers only, never arbitrary unpickled objects
         payload = torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as exc:
-        if "Unsupported global" not in str(exc):
+    except pickle.UnpicklingError:
+        found = pickled_globals(path)
+        if not found:
             raise CheckpointError(f"{path}: not a loadable checkpoint (the file is damaged or is not a "
                                   "checkpoint).") from None
         # torch's own message ends by suggesting weights_only=False: never relay that advice
-        raise CheckpointError(f"{path}: not a minigpt checkpoint: it holds pickled Python objects, which minigpt never "
-                              "writes and never loads (they could run code). Use a checkpoint written by "
-                              "minigpt.") from None
+        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        raise CheckpointError(f"{path}: not a minigpt checkpoint: it holds pickled Python objects ({shown}), which "
+                              "minigpt never writes and never loads (loading them could run code). Use a checkpoint "
+                              "written by minigpt.") from None
     except Exception as exc:  # torch raises many types for a bad file
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise CheckpointError(f"{path}: not a loadable checkpoint ({type(exc).__name__}: {first_line}); "

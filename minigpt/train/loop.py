@@ -103,7 +103,7 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
     if ddp.main:
         check_models_writable(root / MODELS_DIR)
     # one trainer per folder: the lock is taken before the first write and released however the run ends
-    with (RunLock(root / TRAIN_LOCK) if ddp.main else nullcontext()), StopRequest() as stop:
+    with (RunLock(root / TRAIN_LOCK, say) if ddp.main else nullcontext()), StopRequest() as stop:
         if ddp.main:
             for stale in remove_stale_temp_files(root / MODELS_DIR, "*.pt"):
                 say(f"[train] removed {stale}, left by a checkpoint write that was killed half-way")

@@ -25,8 +25,9 @@ class RunLock:
 
     A lock whose process is gone (or whose pid now belongs to another process) is stale and taken over."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, out=print):
         self.path = path
+        self.out = out
         self.mine = {"pid": os.getpid(), "start": process_start(os.getpid()), "host": socket.gethostname(),
                      "started_at": time.strftime("%Y-%m-%d %H:%M:%S")}
         self.held = False
@@ -66,8 +67,14 @@ class RunLock:
                         "starting?")
 
     def release(self) -> None:
-        if self.held and self._holder() == self.mine:
-            self.path.unlink(missing_ok=True)
+        """Remove the lock if it is still ours. A folder that turned read-only (a full quota, `chattr +i`) keeps
+        it: said in one line, never raised, so the failure that ended the run stays the message a person sees."""
+        try:
+            if self.held and self._holder() == self.mine:
+                self.path.unlink(missing_ok=True)
+        except OSError as exc:
+            self.out(f"[train] could not remove the run lock {self.path} ({exc.strerror or exc}); it names this "
+                     "process, so once the folder is writable again the next trainer takes it over by itself.")
         self.held = False
 
     def __enter__(self) -> "RunLock":
