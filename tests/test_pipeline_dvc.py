@@ -162,3 +162,78 @@ def test_a_failing_preflight_stops_dvc_repro_before_train(tmp_path, fixture_dir)
     assert "lr_stability" in result.stdout
     assert not (project.root / "models").exists() or not list((project.root / "models").iterdir())
     assert json.loads((project.root / "reports/debug_report.json").read_text())["passed"] is False
+
+
+def test_a_damaged_dvc_cache_copy_of_an_encoded_split_is_named_by_preflight_with_the_fix(tmp_path, fixture_dir):
+    """DVC trusts its cache: a checkout copies an object whose bytes changed without reading it again. Preflight's
+    files check notices the split, names the damaged object and the fix, and the fix works."""
+    import hashlib
+
+    project = DvcProject(tmp_path / "proj", ["experiment=debug", "data=local", f"data.path={fixture_dir}"])
+    root = project.root
+    project.dvc("repro", "encode")
+    project.git("add", "-A")
+    project.git("commit", "-q", "-m", "encoded")
+    train_file = root / "data/encoded/train.npy"
+    recorded = hashlib.md5(train_file.read_bytes()).hexdigest()
+    cached = root / ".dvc/cache/files/md5" / recorded[:2] / recorded[2:]
+    damaged = bytearray(cached.read_bytes())
+    damaged[-100:-90] = bytes((b + 1) % 40 for b in damaged[-100:-90])  # other valid IDs: the text changes
+    cached.chmod(0o644)
+    cached.write_bytes(bytes(damaged))
+    train_file.unlink()
+    project.dvc("checkout", "data/encoded")
+    assert train_file.read_bytes() == bytes(damaged), "DVC copied the damaged object without noticing"
+
+    refused = project.run(sys.executable, "stages/preflight.py", check=False)
+    assert refused.returncode == 1
+    row = next(line for line in refused.stdout.splitlines() if line.startswith("files "))
+    assert "FAILED" in row and f"damaged DVC cache copy (its bytes no longer have the MD5 it is stored under): " \
+                                f"{cached}. Delete it, then run `dvc repro --force --single-item encode`" in row, row
+
+    cached.unlink()
+    project.dvc("repro", "--force", "--single-item", "encode")
+    assert hashlib.md5(cached.read_bytes()).hexdigest() == recorded, "DVC stored a sound copy"
+    passed = project.run(sys.executable, "stages/preflight.py")
+    assert next(line for line in passed.stdout.splitlines() if line.startswith("files ")).split()[1] == "PASSED"
+
+
+def test_two_queue_workers_at_once_each_train_their_own_run_on_their_share_of_the_cores(tmp_path, fixture_dir):
+    """`dvc exp run --run-all -j 2` of a 4-point sweep: every experiment trains from step 1 on its own checkpoint,
+    lock and report, and while two run at once each takes its share of the cores (README: cores / running minigpt
+    processes)."""
+    import os
+
+    base = ["experiment=debug", "data=local", f"data.path={fixture_dir}", "generate.max_new_tokens=40"]
+    project = DvcProject(tmp_path / "proj", base)
+    project.dvc("repro", "baselines")  # the data stages once, in the workspace, as a user would
+    project.git("add", "-A")
+    project.git("commit", "-q", "-m", "data")
+    overrides = [arg for o in base for arg in ("-S", o)]
+    lrs = ("0.001", "0.002", "0.003", "0.004")
+    project.dvc("exp", "run", *overrides, "-S", f"train.lr={','.join(lrs)}", "--queue")
+    swept = project.dvc("exp", "run", "--run-all", "-j", "2", check=False)
+    assert swept.returncode == 0, swept.stdout[-3000:] + swept.stderr[-3000:]
+    assert "another trainer is running" not in swept.stdout + swept.stderr
+    assert sorted(project.stages_run(swept.stdout)) == sorted(LR_STAGES * 4)
+
+    shown = json.loads(project.dvc("exp", "show", "--json").stdout)
+    experiments = [run for rev in shown for e in (rev.get("experiments") or []) for run in e["revs"] if run.get("name")]
+    assert len(experiments) == 4 and not any(run.get("error") for run in experiments), shown
+    summaries = {}
+    def read(path: str, rev: str) -> dict:
+        return json.loads(project.run(sys.executable, "-c", "import sys, dvc.api; sys.stdout.write(dvc.api.read("
+                                      f"{path!r}, rev={rev!r}))").stdout)
+
+    for run in experiments:
+        lr = str(read("reports/debug_report.json", run["name"])["config"]["train"]["lr"])
+        summary = read("reports/train_summary.json", run["name"])
+        assert summary["resumed_from_step"] is None and summary["steps"] == 200, "trained from step 1, alone"
+        summaries[lr] = summary
+    assert sorted(summaries) == sorted(str(float(lr)) for lr in lrs), "each experiment has its own gate report"
+    assert len({s["best_val_loss"] for s in summaries.values()}) == 4, "four different runs, none another's copy"
+    cores = len(os.sched_getaffinity(0))
+    threads = sorted({t for s in summaries.values() for t in s["threads"]})
+    assert max(threads) <= cores, threads
+    if cores >= 2:
+        assert any(max(1, cores // 2) in s["threads"] for s in summaries.values()), summaries

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -56,7 +57,9 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raise CheckpointError(f"{path}: checkpoint not found; train a model first (dvc repro train) or fix the path.")
     try:
         # weights_only: tensors and plain containers only, never arbitrary unpickled objects
-        payload = torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():  # a plain pickle.dump file: torch warns of its protocol, then refuses it
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            payload = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError:
         found = pickled_globals(path)
         if not found:

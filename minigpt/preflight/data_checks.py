@@ -19,6 +19,7 @@ from minigpt.data.tokenizer import CharTokenizer
 from minigpt.model.devices import mps_available
 from minigpt.preflight.checks import Check, CheckFailed
 from minigpt.preflight.context import Context
+from minigpt.preflight.dvc_cache import damaged_cache_copy
 
 STRETCH = 60  # characters of each split (and of a batch row) shown decoded in the report
 
@@ -66,8 +67,15 @@ def check_files(ctx: Context) -> dict:
     now = split_hashes(ctx.path(ENCODED_DIR))
     changed = [split for split in SPLITS if now[split] != ctx.meta["splits"][split]["sha256"]]
     if changed:
-        raise CheckFailed("encoded arrays changed after encode (SHA-256 differs from meta.json): "
-                          f"{', '.join(changed)}", {"sizes": sizes})
+        message = f"encoded arrays changed after encode (SHA-256 differs from meta.json): {', '.join(changed)}"
+        damaged = {split: damaged_cache_copy(ctx.root, ctx.path(split_file(ENCODED_DIR, split))) for split in changed}
+        damaged = {split: cached for split, cached in damaged.items() if cached}
+        if damaged:
+            message += ("; checked out from a damaged DVC cache copy (its bytes no longer have the MD5 it is stored "
+                        f"under): {'; '.join(str(c) for c in damaged.values())}. Delete it, then run `dvc repro "
+                        "--force --single-item encode` in the project: encode rewrites the split and DVC stores a "
+                        "sound copy")
+        raise CheckFailed(message, {"sizes": sizes, "damaged_cache_copies": {s: str(c) for s, c in damaged.items()}})
     return {"sizes": sizes}
 
 
@@ -184,7 +192,8 @@ CHECKS: tuple[Check, ...] = (
     Check("environment", check_environment, (), "informational", ()),
     Check("files", check_files, (), "every required artifact exists, is non-empty and matches meta.json",
           ("a stage did not run or was interrupted: run `dvc repro "
-           "encode`", "an artifact was edited or replaced by hand")),
+           "encode`", "an artifact was edited or replaced by hand",
+           "its DVC cache copy is damaged (the message names it): a checkout or a queued experiment copied it")),
     Check("tokenizer", check_tokenizer, ("files",),
           "every stored ID of every split decodes to exactly its clean text and re-encodes to the same IDs",
           ("tokenizer file swapped or rebuilt after encode (different character order)",

@@ -139,7 +139,8 @@ def _loop(run: Run, stop: StopRequest) -> dict:
     try:
         for step in range(progress.step + 1, cfg.max_steps + 1):
             if step % REBALANCE_EVERY == 1:
-                thread_share.rebalance()  # other minigpt processes started or ended: take this process's share
+                # other minigpt processes started or ended: take this process's share
+                run.threads_used.add(thread_share.rebalance())
             started = time.perf_counter()
             inputs, targets = batching.get_batch(run.train_ids, per_rank_batch, block, device, run.batch_gen)
             # the pre-clip norm is identical on every rank after DDP's all-reduce, so all ranks stop together
@@ -321,4 +322,5 @@ def _summary(run: Run) -> dict:
         "device": str(run.device),
         "precision": cfg.precision,
         "world_size": run.ddp.world,
+        "threads": sorted(run.threads_used),  # this process's share of the cores over the run (several: it changed)
     }

@@ -60,6 +60,7 @@ class Run:
     log: RunLog | None = None  # rank 0 only
     resumed_from: int | None = None  # the checkpoint's step when this run continues one
     watch: Watchdogs | None = None
+    threads_used: set[int] = field(default_factory=set)  # torch's threads at each rebalance (thread_share)
 
     @property
     def cfg(self):
