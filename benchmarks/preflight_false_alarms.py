@@ -28,7 +28,7 @@ from helpers.planted_bugs import (
     lr_zero_after_warmup,
     zero_grad_between_backward_and_step,
 )
-from minigpt.data.tokenizer import CharTokenizer
+from minigpt.data.tokenizer_files import load_tokenizer
 from minigpt.model.devices import select_device
 from minigpt.model.gpt import MiniGPTConfig
 from minigpt.preflight.checks import run_checks
@@ -68,7 +68,7 @@ def planted(name: str | None):
 
 
 def base_context(work: Path, params) -> Context:
-    tokenizer = CharTokenizer.load(work / "data/tokenizer/char_tokenizer.json")
+    tokenizer = load_tokenizer(work / "data/tokenizer/tokenizer.json")
     ctx = Context(params=params, root=work, device=select_device(params.train.device),
                   model_config=MiniGPTConfig.from_params(params.model, tokenizer.vocab_size))
     results = run_checks(ctx, CHECKS, only=PREREQUISITES)

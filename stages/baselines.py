@@ -1,13 +1,14 @@
-"""Stage baselines: classical predictors of val and test, fitted on train -> data/baselines/baselines.json."""
+"""Stage baselines: classical predictors of the characters of val and test, fitted on clean train ->
+data/baselines/baselines.json (whichever tokenizer the model uses)."""
 
 from minigpt.core.io_utils import atomic_write_json
-from minigpt.core.paths import BASELINES_REPORT, ENCODED_DIR
+from minigpt.core.paths import BASELINES_REPORT, CLEAN_DIR
 from minigpt.core.stage import stage_main
 from minigpt.evaluate.baselines import baseline_ladder
 
 
 def run(params):
-    ladder = baseline_ladder(ENCODED_DIR, params.baselines)
+    ladder = baseline_ladder(CLEAN_DIR, params.clean.placeholder, params.baselines)
     atomic_write_json(BASELINES_REPORT, ladder)
     for row in ladder["rows"]:
         print(f"[baselines] {row['name']:<22} {row['kind']:<8} val {row['val']['bpc']:.4f} bpc, test "

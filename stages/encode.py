@@ -3,11 +3,11 @@
 from minigpt.core.paths import ENCODED_DIR, SPLITS, TOKENIZER_FILE, clean_split_path
 from minigpt.core.stage import read_text, stage_main
 from minigpt.data.encode import encode_splits
-from minigpt.data.tokenizer import CharTokenizer
+from minigpt.data.tokenizer_files import load_tokenizer
 
 
 def run(params):
-    tokenizer = CharTokenizer.load(TOKENIZER_FILE)
+    tokenizer = load_tokenizer(TOKENIZER_FILE)
     texts = {split: read_text(clean_split_path(split)) for split in SPLITS}
     meta = encode_splits(texts, tokenizer, ENCODED_DIR)
     lengths = ", ".join(f"{s} {m['length']:,}" for s, m in meta["splits"].items())

@@ -15,8 +15,9 @@ def run(params):
     for split in ("val", "test"):
         m = metrics[split]
         low, high = m["bpc_ci95"]
-        print(f"[evaluate] {split}: loss {m['loss']:.4f} nats/char, {m['bpc']:.4f} bpc (95% interval {low:.4f} - "
-              f"{high:.4f}), perplexity {m['perplexity']:.3f} over {m['tokens']:,} tokens")
+        chars = "" if m["characters"] == m["tokens"] else f" ({m['characters']:,} characters)"
+        print(f"[evaluate] {split}: loss {m['loss']:.4f} nats/token, {m['bpc']:.4f} bpc (95% interval {low:.4f} - "
+              f"{high:.4f}), perplexity {m['perplexity']:.3f} over {m['tokens']:,} tokens{chars}")
     ladder = metrics["baselines"]
     for row in ladder["rows"]:
         print(f"[evaluate]   {row['name']:<22} {row['kind']:<8} val {row['val']['bpc']:.4f} bpc, test "
@@ -28,8 +29,8 @@ def run(params):
         dynamic = metrics["dynamic"]
         print(f"[evaluate] {dynamic['label']}: val {dynamic['val']['bpc']:.4f} bpc, test {dynamic['test']['bpc']:.4f} "
               f"bpc (static: val {metrics['val']['bpc']:.4f}, test {metrics['test']['bpc']:.4f})")
-    print(f"[evaluate] generalisation gap {metrics['generalization_gap']:+.4f}; random baseline "
-          f"{metrics['baseline_bpc']:.3f} bpc; best step {metrics['best_step']}")
+    print(f"[evaluate] generalisation gap {metrics['generalization_gap_bpc']:+.4f} bpc; random baseline "
+          f"{metrics['baseline_log_v']:.3f} nats per token (log V); best step {metrics['best_step']}")
 
 
 if __name__ == "__main__":

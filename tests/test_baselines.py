@@ -115,7 +115,7 @@ def test_the_stage_writes_the_ladder_on_exactly_the_scored_targets(project):
     assert [r["kind"] for r in ladder["rows"]][-2:] == ["adaptive", "adaptive"]
     # the same numbers as the library computes directly
     cfg = SimpleNamespace(ngram_orders=[5], discount=0.9, ppmd_order=0, ppmd_mem_mb=16)
-    again = baseline_ladder(root / "data/encoded", cfg)
+    again = baseline_ladder(root / "data/clean", "\ufffd", cfg)
     assert again["rows"][2]["val"]["bpc"] == pytest.approx(ladder["rows"][3]["val"]["bpc"])
     assert [r["name"] for r in again["rows"]] == ["uniform", "unigram (add-one)", "5-gram Kneser-Ney", "xz (lzma 9e)"]
 
@@ -132,7 +132,7 @@ def test_evaluate_refuses_baselines_of_other_data(project):
     result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/evaluate.py")], cwd=root, capture_output=True,
                             text=True)
     assert result.returncode == 1
-    assert ("data/baselines/baselines.json: computed for other data (encoded val changed since); "
+    assert ("data/baselines/baselines.json: computed for other data (clean val changed since); "
             "run `dvc repro baselines`") in result.stderr
     path.write_text(json.dumps({"rows": [], "data": {}}))
     result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/evaluate.py")], cwd=root, capture_output=True,

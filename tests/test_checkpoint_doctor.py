@@ -7,11 +7,13 @@ import sys
 import pytest
 import torch
 
+from helpers import REPO_ROOT
 from helpers.pipeline_fixture import recompose
 from helpers.tiny_models import small_config, train_quickly
 from minigpt.core.paths import TOKENIZER_FILE
 from minigpt.data.tokenizer import CharTokenizer
 from minigpt.evaluate.doctor import main as doctor_main
+from minigpt.evaluate.generation import main as generate_main
 from minigpt.model.checkpoint import (
     CheckpointError,
     load_checkpoint,
@@ -125,6 +127,9 @@ def test_a_pickle_payload_is_named_by_what_it_would_call_and_never_runs(tmp_path
         load_checkpoint(path)
     assert "damaged" not in str(err.value) and "weights_only" not in str(err.value)
     assert doctor_main(["--checkpoint", str(path)]) != 0
+    assert expected in capsys.readouterr().err
+    assert generate_main(["--prompt", "The ", "--checkpoint", str(path), "--params", str(REPO_ROOT / "params.yaml"),
+                          "--root", str(tmp_path)]) != 0
     assert expected in capsys.readouterr().err
     assert not marker.exists(), "the payload's code ran"
 

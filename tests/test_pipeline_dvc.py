@@ -19,7 +19,7 @@ def test_dvc_repro_encode_then_noop_then_clean_option_reruns_only_downstream(tmp
     assert project.stages_run(first.stdout) == ["fetch", "clean", "tokenizer", "encode"]
     root = project.root
     for artifact in ["data/raw/manifest.json", "data/clean/train.txt", "data/clean/val.txt", "data/clean/test.txt",
-                     "data/tokenizer/char_tokenizer.json", "data/encoded/meta.json", "data/encoded/train.npy",
+                     "data/tokenizer/tokenizer.json", "data/encoded/meta.json", "data/encoded/train.npy",
                      "reports/clean.json"]:
         assert (root / artifact).is_file(), artifact
     report = json.loads((root / "reports/clean.json").read_text())

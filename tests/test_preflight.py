@@ -98,7 +98,7 @@ def test_unshifted_targets_fail_batch_shift(project, monkeypatch):
 def test_token_id_equal_to_vocab_size_fails_token_ids(project):
     root, source = project
     params = recompose(root, source, [])
-    tok = CharTokenizer.load(root / "data/tokenizer/char_tokenizer.json")
+    tok = CharTokenizer.load(root / "data/tokenizer/tokenizer.json")
     ids = np.load(root / "data/encoded/train.npy")
     ids[100] = tok.vocab_size  # a buggy encoder: off by one
     np.save(root / "data/encoded/train.npy", ids)
@@ -232,7 +232,7 @@ def test_swapped_tokenizer_with_same_size_fails_tokenizer_and_gate(project):
     root, source = project
     params = recompose(root, source, [])
     assert run_preflight(params, root)["passed"]
-    path = root / "data/tokenizer/char_tokenizer.json"
+    path = root / "data/tokenizer/tokenizer.json"
     tok = CharTokenizer.load(path)
     swapped = CharTokenizer(list(reversed(tok.chars)), tok.placeholder)
     swapped.save(path)
@@ -290,7 +290,7 @@ def test_gate_refuses_missing_failed_edited_and_stale_reports(project):
         verify_gate(changed, root)
     recompose(root, source, [])
 
-    tok = CharTokenizer.load(root / "data/tokenizer/char_tokenizer.json")
+    tok = CharTokenizer.load(root / "data/tokenizer/tokenizer.json")
     texts = {s: (root / f"data/clean/{s}.txt").read_text() for s in ("train", "val", "test")}
     texts["val"] = texts["val"][: len(texts["val"]) // 2]
     encode_splits(texts, tok, root / "data/encoded")
@@ -475,7 +475,7 @@ def test_the_tokenizer_check_covers_every_character_of_every_split(project):
     clean = root / "data/clean/val.txt"
     text = clean.read_text()
     position = len(text) - 10  # far past any prefix
-    chars = CharTokenizer.load(root / "data/tokenizer/char_tokenizer.json").chars
+    chars = CharTokenizer.load(root / "data/tokenizer/tokenizer.json").chars
     replacement = next(c for c in chars if c != text[position])
     clean.write_text(text[:position] + replacement + text[position + 1:])
     report = run_preflight(params, root)
@@ -488,7 +488,7 @@ def test_the_tokenizer_check_covers_every_character_of_every_split(project):
 def test_a_split_shorter_than_one_window_fails_token_ids_by_name(project, split):
     root, source = project
     params = recompose(root, source, [])
-    tok = CharTokenizer.load(root / "data/tokenizer/char_tokenizer.json")
+    tok = CharTokenizer.load(root / "data/tokenizer/tokenizer.json")
     texts = {s: (root / f"data/clean/{s}.txt").read_text() for s in ("train", "val", "test")}
     texts[split] = texts[split][: params.model.block_size]  # one token short of a window
     for name, text in texts.items():

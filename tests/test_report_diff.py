@@ -81,3 +81,11 @@ def test_the_comparison_resamples_as_the_runs_evaluation_did():
     recorded = paired_split(a, b, "val")
     assert recorded["difference"] == default["difference"] and recorded["ci95"] != default["ci95"]
     assert "500 resamples" in diff_text(a, b)
+
+
+def test_runs_of_different_tokenizers_are_not_compared_block_by_block():
+    a, b = run("a", BASE), run("b", BASE + 0.02)
+    a.eval_blocks["tokenizer"], b.eval_blocks["tokenizer"] = "char-fingerprint", "bpe-fingerprint"
+    assert "different tokenizers" in paired_split(a, b, "val")["verdict"]
+    b.eval_blocks["tokenizer"] = "char-fingerprint"
+    assert paired_split(a, b, "val")["verdict"] == "B is worse"

@@ -344,67 +344,72 @@ def test_a_checkpoint_write_that_fails_mid_run_names_the_path_and_keeps_the_last
     assert not list((root / "models").glob(".*.tmp")) and not (root / "models/.train.lock").exists()
 
 
-def test_models_turning_read_only_mid_run_ends_in_the_checkpoint_message_not_a_lock_traceback(project):
+def train_with_a_fault_after_the_first_checkpoint(root, params, monkeypatch, fault, out=lambda _m: None):
+    """Train until the first checkpoint is written, then call `fault()` (the folder turns read-only, the disk
+    fills); the CheckpointError the run ends with."""
+    from minigpt.train import run_state
+
+    real_save, done = run_state.save_checkpoint, []
+
+    def save_then_fault(path, *args, **kwargs):
+        real_save(path, *args, **kwargs)
+        if not done:
+            done.append(fault())
+
+    monkeypatch.setattr(run_state, "save_checkpoint", save_then_fault)
+    with pytest.raises(CheckpointError) as err:
+        train(params, root, require_gate=False, out=out)
+    monkeypatch.undo()
+    return err.value, done[0]
+
+
+def test_models_turning_read_only_mid_run_ends_in_the_checkpoint_message_not_a_lock_traceback(project, monkeypatch):
     """The real condition: `chattr +i models` after the first checkpoint (as a full quota or a read-only remount
     does). The next checkpoint write fails for real; the run ends with that one message, and the lock it cannot
     remove any more is said in a line, not raised over it."""
-    from minigpt.train import run_state
-
     root, source = project
     params = recompose(root, source, FAST)
-    models = root / "models"
-    real_save, frozen = run_state.save_checkpoint, []
-
-    def save_then_freeze(path, *args, **kwargs):
-        real_save(path, *args, **kwargs)
-        if not frozen:
-            frozen.append(subprocess.run(["chattr", "+i", str(models)], capture_output=True, text=True))
-
-    messages = []
-    run_state.save_checkpoint = save_then_freeze
+    models, messages = root / "models", []
     try:
-        with pytest.raises(CheckpointError) as err:
-            train(params, root, require_gate=False, out=messages.append)
+        error, frozen = train_with_a_fault_after_the_first_checkpoint(
+            root, params, monkeypatch, lambda: subprocess.run(["chattr", "+i", str(models)], capture_output=True,
+                                                              text=True), messages.append)
     finally:
-        run_state.save_checkpoint = real_save
         subprocess.run(["chattr", "-i", str(models)], capture_output=True)
-    if frozen and frozen[0].returncode:
-        pytest.skip(f"chattr +i refused here ({frozen[0].stderr.strip()}); the test needs root on ext4/xfs")
-    assert "could not write the checkpoint (Operation not permitted); the previous one is left as it was" in str(
-        err.value)
+    if frozen.returncode:
+        pytest.skip(f"chattr +i refused here ({frozen.stderr.strip()}); the test needs root on ext4/xfs")
+    assert "could not write the checkpoint (Operation not permitted); the previous one is left as it was" in str(error)
     assert any(m.startswith(f"[train] could not remove the run lock {models / '.train.lock'} (Operation not "
                             "permitted)") for m in messages), messages
     assert load_checkpoint(models / "mini_gpt_best.pt")["step"] == 10, "the checkpoint written before is intact"
 
 
-def test_a_real_full_disk_during_a_checkpoint_write_keeps_the_last_good_one(project):
+def test_a_real_full_disk_during_a_checkpoint_write_keeps_the_last_good_one(project, monkeypatch):
     """models/ on a small tmpfs, filled after the first checkpoint: the next write meets a real ENOSPC."""
     from helpers.filesystems import fill, small_disk
-    from minigpt.train import run_state
 
     root, source = project
     params = recompose(root, source, FAST)
     models = root / "models"
-    real_save, filled = run_state.save_checkpoint, []
-
-    def save_then_fill(path, *args, **kwargs):
-        real_save(path, *args, **kwargs)
-        if not filled:
-            fill(models)
-            filled.append(path)
-
     with small_disk(models, spare_bytes=8 << 20):
-        run_state.save_checkpoint = save_then_fill
-        try:
-            with pytest.raises(CheckpointError) as err:
-                train(params, root, require_gate=False, out=lambda _m: None)
-        finally:
-            run_state.save_checkpoint = real_save
+        error, _ = train_with_a_fault_after_the_first_checkpoint(root, params, monkeypatch, lambda: fill(models))
         assert "could not write the checkpoint (No space left on device); the previous one is left as it was" in str(
-            err.value)
-        assert len(str(err.value).splitlines()) == 1
+            error)
+        assert len(str(error).splitlines()) == 1
         assert load_checkpoint(models / "mini_gpt_best.pt")["step"] == 10, "the checkpoint written before is intact"
         assert not list(models.glob(".*.tmp")) and not (models / ".train.lock").exists()
+
+
+def test_resuming_from_a_pickle_payload_names_what_it_holds(project):
+    import pickle
+
+    root, source = project
+    payload = root / "models/payload.pt"
+    payload.parent.mkdir(exist_ok=True)
+    payload.write_bytes(pickle.dumps({"model_state_dict": os.system}, protocol=4))
+    params = recompose(root, source, FAST + [f"train.resume_from={payload}"])
+    with pytest.raises(CheckpointError, match=rf"it holds pickled Python objects \({os.system.__module__}\.system\)"):
+        train(params, root, require_gate=False, out=lambda _m: None)
 
 
 def test_a_val_split_too_short_for_one_window_is_a_clear_error_before_training(project):

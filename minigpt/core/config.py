@@ -69,6 +69,23 @@ class CleanConfig(Section):
         return value
 
 
+class TokenizerConfig(Section):
+    kind: Literal["char", "bpe"]
+    # bpe: the IDs, the 256 bytes and the special tokens included; char: null (the characters of clean train)
+    vocab_size: Optional[int]
+    special_tokens: list[str]
+
+    @model_validator(mode="after")
+    def _bpe_needs_a_size(self):
+        if self.kind == "bpe" and (self.vocab_size is None or self.vocab_size < 256 + len(self.special_tokens)):
+            raise ValueError("'tokenizer.vocab_size' must be at least 256 + the special tokens for tokenizer=bpe "
+                             "(byte-level BPE starts from the 256 bytes), e.g. -S tokenizer.vocab_size=512")
+        if self.kind == "char" and (self.vocab_size is not None or self.special_tokens):
+            raise ValueError("tokenizer=char takes its vocabulary from clean train: leave 'tokenizer.vocab_size' null "
+                             "and 'tokenizer.special_tokens' empty (or choose tokenizer=bpe)")
+        return self
+
+
 class ModelConfig(Section):
     block_size: int = _must(">= 1", ge=1)
     embedding_dim: int = _must(">= 1", ge=1)
@@ -228,6 +245,7 @@ class BudgetConfig(Section):
 
 class Params(Section):
     data: DataConfig
+    tokenizer: TokenizerConfig
     model: ModelConfig
     train: TrainConfig
     watch: WatchConfig

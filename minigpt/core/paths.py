@@ -6,7 +6,7 @@ RAW_DIR = Path("data/raw")
 # the released files of WikiText-2 raw, by split
 SPLIT_FILES = {"train": "wiki.train.raw", "val": "wiki.valid.raw", "test": "wiki.test.raw"}
 CLEAN_DIR = Path("data/clean")
-TOKENIZER_FILE = Path("data/tokenizer/char_tokenizer.json")
+TOKENIZER_FILE = Path("data/tokenizer/tokenizer.json")
 ENCODED_DIR = Path("data/encoded")
 # the classical baselines of the encoded splits: depend on the data alone (DVC-cached, so a sweep never refits them)
 BASELINES_REPORT = Path("data/baselines/baselines.json")

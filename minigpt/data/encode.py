@@ -10,12 +10,13 @@ import torch
 from minigpt.core.errors import DataError
 from minigpt.core.io_utils import atomic_directory, atomic_write_json, read_json, sha256_file
 from minigpt.core.paths import SPLITS
-from minigpt.data.tokenizer import CharTokenizer, ids_dtype
+from minigpt.data.tokenizer import ids_dtype
+from minigpt.data.tokenizer_files import Tokenizer
 
 META_NAME = "meta.json"
 
 
-def encode_splits(texts: dict[str, str], tokenizer: CharTokenizer, out_dir: str | Path) -> dict:
+def encode_splits(texts: dict[str, str], tokenizer: Tokenizer, out_dir: str | Path) -> dict:
     """Write <split>.npy and meta.json to out_dir (atomically, as a whole directory); return the metadata."""
     dtype = ids_dtype(tokenizer.vocab_size)
     meta = {"tokenizer_fingerprint": tokenizer.fingerprint, "vocab_size": tokenizer.vocab_size, "dtype": dtype.name,

@@ -87,6 +87,15 @@ class CharTokenizer:
     def decode(self, ids) -> str:
         return from_codepoints(self.decode_codepoints(ids))
 
+    def unknown_characters(self, text: str) -> list[str]:
+        """The characters of `text` outside the vocabulary, once each in order of appearance."""
+        known = set(self.chars)
+        return [ch for ch in dict.fromkeys(text) if ch not in known]
+
+    def char_counts(self) -> np.ndarray:
+        """Characters per ID: one each (BPETokenizer's differ; bits per character are computed from these)."""
+        return np.ones(self.vocab_size, dtype=np.int64)
+
     def to_dict(self) -> dict:
         return {
             "format": FORMAT,
@@ -103,16 +112,26 @@ class CharTokenizer:
     @classmethod
     def load(cls, path: str | Path) -> "CharTokenizer":
         path = Path(path)
-        payload = read_json(path, missing="tokenizer file not found", invalid="not a valid tokenizer JSON",
-                            fix="run `dvc repro tokenizer`.", error=DataError)
-        if (not isinstance(payload, dict) or payload.get("format") != FORMAT
-                or not isinstance(payload.get("chars"), list)):
-            raise DataError(f"{path}: not a {FORMAT} file (needs 'format' and a 'chars' list); run `dvc repro "
-                            "tokenizer`.")
+        payload = read_tokenizer_file(path, FORMAT, "chars", list)
         tokenizer = cls(payload["chars"], payload.get("placeholder"))
-        if payload.get("fingerprint") != tokenizer.fingerprint:
-            raise DataError(
-                f"{path}: stored fingerprint {payload.get('fingerprint')} does not match its chars "
-                f"({tokenizer.fingerprint}); the file was edited by hand. Rebuild it with `dvc repro tokenizer`."
-            )
+        check_fingerprint(path, payload, tokenizer.fingerprint, "its chars")
         return tokenizer
+
+
+def read_tokenizer_file(path: Path, file_format: str, content: str, content_type: type) -> dict:
+    """A tokenizer file's JSON, refused unless it has the format's name and its content field (`content`)."""
+    payload = read_json(path, missing="tokenizer file not found", invalid="not a valid tokenizer JSON",
+                        fix="run `dvc repro tokenizer`.", error=DataError)
+    if (not isinstance(payload, dict) or payload.get("format") != file_format
+            or not isinstance(payload.get(content), content_type)):
+        kind = "list" if content_type is list else "object"
+        raise DataError(f"{path}: not a {file_format} file (needs 'format' and a '{content}' {kind}); run `dvc repro "
+                        "tokenizer`.")
+    return payload
+
+
+def check_fingerprint(path: Path, payload: dict, fingerprint: str, of_what: str) -> None:
+    """The stored fingerprint must be the one the loaded vocabulary has: anything else is a hand edit."""
+    if payload.get("fingerprint") != fingerprint:
+        raise DataError(f"{path}: stored fingerprint {payload.get('fingerprint')} does not match {of_what} "
+                        f"({fingerprint}); the file was edited by hand. Rebuild it with `dvc repro tokenizer`.")

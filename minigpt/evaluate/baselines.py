@@ -1,5 +1,7 @@
-"""Stage `baselines`: classical predictors scored on exactly the targets evaluate scores (every target of val and
-test once: positions 1..len-1 of each encoded split), in bits per character, fitted on train.
+"""Stage `baselines`: classical predictors of every character of val and test (positions 1..len-1 of each clean
+split, once each), in bits per character, fitted on clean train. They always work on characters (the vocabulary
+the character tokenizer builds from clean train and the placeholder), whichever tokenizer the model uses: a
+character model scores exactly these targets; a BPE model all but the characters of its first token.
 
 - static (fitted on train, then frozen, like the model): uniform (log2 V), unigram (add-one train frequencies),
   and interpolated Kneser-Ney character n-grams (minigpt.evaluate.ngram) of the orders in `baselines.ngram_orders`;
@@ -20,7 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from minigpt.data.encode import load_ids, load_meta
+from minigpt.core.io_utils import sha256_file
+from minigpt.core.paths import clean_split_path
+from minigpt.core.stage import read_text
+from minigpt.data.tokenizer import CharTokenizer
 from minigpt.evaluate.ngram import kneser_ney_bits
 
 SCORED_SPLITS = ("val", "test")
@@ -63,12 +68,22 @@ def _row(name: str, kind: str, bits: dict[str, float], tokens: dict[str, int], s
                for split in bits}}
 
 
-def baseline_ladder(encoded_dir: str | Path, cfg) -> dict:
-    """The ladder for reports: {"rows": [...], "best_static": name, "vocab_size", "data": split hashes}."""
-    meta = load_meta(encoded_dir)
-    vocab = int(meta["vocab_size"])
-    train = np.asarray(load_ids(encoded_dir, "train"))
-    splits = {s: np.asarray(load_ids(encoded_dir, s)) for s in SCORED_SPLITS}
+def character_ids(clean_dir: str | Path, placeholder: str) -> tuple[dict[str, np.ndarray], int, dict[str, str]]:
+    """Every clean split as character IDs (the vocabulary of clean train + the placeholder), the vocabulary size,
+    and the SHA-256 of each clean split file (what evaluate checks the ladder against)."""
+    clean_dir = Path(clean_dir)
+    texts = {split: read_text(clean_split_path(split, clean_dir)) for split in ("train", *SCORED_SPLITS)}
+    chars = CharTokenizer.from_text(texts["train"], placeholder=placeholder)
+    ids = {split: np.asarray(chars.encode(text)) for split, text in texts.items()}
+    hashes = {split: sha256_file(clean_split_path(split, clean_dir)) for split in texts}
+    return ids, chars.vocab_size, hashes
+
+
+def baseline_ladder(clean_dir: str | Path, placeholder: str, cfg) -> dict:
+    """The ladder for reports: {"rows": [...], "best_static": name, "vocab_size", "data": clean split hashes}."""
+    ids, vocab, hashes = character_ids(clean_dir, placeholder)
+    train = ids["train"]
+    splits = {s: ids[s] for s in SCORED_SPLITS}
     tokens = {s: len(ids) - 1 for s, ids in splits.items()}
     rows = [_row("uniform", "static", {s: tokens[s] * math.log2(vocab) for s in splits}, tokens, 0.0)]
     started = time.perf_counter()
@@ -95,4 +110,4 @@ def baseline_ladder(encoded_dir: str | Path, cfg) -> dict:
     static = [r for r in rows if r["kind"] == "static"]
     best = min(static, key=lambda r: r["val"]["bpc"])
     return {"rows": rows, "best_static": best["name"], "vocab_size": vocab,
-            "data": {s: meta["splits"][s]["sha256"] for s in ("train", *SCORED_SPLITS)}}
+            "data": hashes}

@@ -8,13 +8,20 @@ import math
 from pathlib import Path
 
 from minigpt.core.errors import DataError, MinigptError
-from minigpt.core.io_utils import read_json
-from minigpt.core.paths import BASELINES_REPORT, BEST_CHECKPOINT, ENCODED_DIR, TOKENIZER_FILE
-from minigpt.data.encode import load_ids, load_meta, split_hashes
+from minigpt.core.io_utils import read_json, sha256_file
+from minigpt.core.paths import (
+    BASELINES_REPORT,
+    BEST_CHECKPOINT,
+    CLEAN_DIR,
+    ENCODED_DIR,
+    TOKENIZER_FILE,
+    clean_split_path,
+)
+from minigpt.data.encode import load_ids, split_hashes
 from minigpt.evaluate.dynamic import LABEL as DYNAMIC_LABEL
 from minigpt.evaluate.dynamic import dynamic_score
-from minigpt.evaluate.intervals import block_sums, bpc_interval
-from minigpt.evaluate.scoring import summarise, target_nll
+from minigpt.evaluate.intervals import block_chars, block_sums, bpc_interval
+from minigpt.evaluate.scoring import summarise, target_chars, target_nll
 from minigpt.model.checkpoint import load_trained_model
 from minigpt.model.devices import select_device
 from minigpt.model.precision import choose_evaluation_precision
@@ -25,11 +32,10 @@ MODEL_ROW = "this model"
 
 
 def load_baselines(root: Path) -> dict:
-    """The baselines stage's ladder, refused unless it was computed for exactly the encoded splits here."""
+    """The baselines stage's ladder, refused unless it was computed for exactly the clean splits here."""
     path = root / BASELINES_REPORT
     ladder = read_json(path, missing="not found", invalid="not valid JSON", fix="run `dvc repro baselines`.",
                        error=DataError)
-    meta = load_meta(root / ENCODED_DIR)
     rows = (ladder.get("rows") or []) if isinstance(ladder, dict) else []
     names = {r.get("name", "") for r in rows if isinstance(r, dict)}
     if (not isinstance(ladder, dict) or not isinstance(ladder.get("data"),
@@ -37,9 +43,10 @@ def load_baselines(root: Path) -> dict:
             or not any(n.startswith("unigram") for n in names)):
         raise DataError(f"{path}: not a baselines report (needs 'rows' with the unigram and the best static baseline, "
                         "and 'data'); run `dvc repro baselines`.")
-    stale = [s for s, digest in ladder["data"].items() if meta["splits"].get(s, {}).get("sha256") != digest]
+    clean = {s: clean_split_path(s, root / CLEAN_DIR) for s in ladder["data"]}
+    stale = [s for s, digest in ladder["data"].items() if not clean[s].is_file() or sha256_file(clean[s]) != digest]
     if stale:
-        raise DataError(f"{path}: computed for other data (encoded {', '.join(stale)} changed since); "
+        raise DataError(f"{path}: computed for other data (clean {', '.join(stale)} changed since); "
                         "run `dvc repro baselines`.")
     return ladder
 
@@ -80,7 +87,8 @@ def evaluate_with_blocks(params, root, checkpoint_path=None) -> tuple[dict, dict
     root = Path(root)
     path = Path(checkpoint_path) if checkpoint_path else root / BEST_CHECKPOINT
     device = select_device(params.train.device)
-    model, _tokenizer, checkpoint = load_trained_model(path, root / TOKENIZER_FILE, device)
+    model, tokenizer, checkpoint = load_trained_model(path, root / TOKENIZER_FILE, device)
+    char_counts = tokenizer.char_counts()  # bits per character, whatever a token holds
     block = model.config.block_size
     stride = params.evaluate.stride or max(1, block // 2)
     if stride > block:
@@ -91,7 +99,7 @@ def evaluate_with_blocks(params, root, checkpoint_path=None) -> tuple[dict, dict
     settings = params.evaluate
 
     def score(ids):
-        return summarise(nll_of(ids))
+        return summarise(nll_of(ids), target_chars(ids, char_counts))
 
     def nll_of(ids):
         return target_nll(model, ids, stride, settings.batch_size, device, precision["choice"])
@@ -100,14 +108,16 @@ def evaluate_with_blocks(params, root, checkpoint_path=None) -> tuple[dict, dict
     val_ids, test_ids = load_ids(root / ENCODED_DIR, "val"), load_ids(root / ENCODED_DIR, "test")
     hashes = split_hashes(root / ENCODED_DIR, ("val", "test"))
     blocks = {"blocks": settings.blocks, "resamples": settings.bootstrap_resamples, "seed": settings.bootstrap_seed,
-              "checkpoint": str(path), "splits": {}}
+              "checkpoint": str(path), "tokenizer": tokenizer.fingerprint, "splits": {}}
     scored = {}
     for split, ids in (("val", val_ids), ("test", test_ids)):
-        nll = nll_of(ids)
+        nll, chars = nll_of(ids), target_chars(ids, char_counts)
         sums, counts = block_sums(nll, settings.blocks)
-        scored[split] = {**summarise(nll), "bpc_ci95": bpc_interval(sums, counts, settings.bootstrap_resamples,
-                                                                    settings.bootstrap_seed)}
-        blocks["splits"][split] = {"sha256": hashes[split], "tokens": counts.tolist(), "nll": sums.tolist()}
+        characters = block_chars(chars, counts)
+        scored[split] = {**summarise(nll, chars), "bpc_ci95": bpc_interval(
+            sums, characters, settings.bootstrap_resamples, settings.bootstrap_seed)}
+        blocks["splits"][split] = {"sha256": hashes[split], "tokens": counts.tolist(), "chars": characters.tolist(),
+                                   "nll": sums.tolist()}
     val, test = scored["val"], scored["test"]
     # the same number of tokens from the start of train, to measure the generalisation gap
     train_slice = score(load_ids(root / ENCODED_DIR, "train")[: len(val_ids)])
@@ -117,7 +127,8 @@ def evaluate_with_blocks(params, root, checkpoint_path=None) -> tuple[dict, dict
         "val": val,
         "test": test,
         "train_slice": train_slice,
-        "generalization_gap": val["loss"] - train_slice["loss"],
+        "generalization_gap": val["loss"] - train_slice["loss"],  # nats per token
+        "generalization_gap_bpc": val["bpc"] - train_slice["bpc"],
         "baseline_log_v": baseline,
         "baseline_bpc": baseline / math.log(2),
         "baselines": baselines,
@@ -134,7 +145,7 @@ def evaluate_with_blocks(params, root, checkpoint_path=None) -> tuple[dict, dict
     if settings.dynamic:  # its own key and label: the static figures above are never changed by it
         def dynamic(ids):
             return dynamic_score(model, ids, stride, settings.dynamic_streams, settings.dynamic_lr, device,
-                                 precision["choice"])
+                                 precision["choice"], char_counts)
 
         report["dynamic"] = {"label": DYNAMIC_LABEL, "lr": settings.dynamic_lr, "val": dynamic(val_ids),
                              "test": dynamic(test_ids)}

@@ -32,8 +32,9 @@ def segment_bounds(num_tokens: int, streams: int, block_size: int) -> list[tuple
 
 
 def dynamic_score(model, ids: np.ndarray, stride: int, streams: int, lr: float, device: torch.device,
-                  precision: str = "fp32") -> dict:
-    """Mean NLL over every target of the split under dynamic evaluation (the model passed in is not changed)."""
+                  precision: str = "fp32", char_counts: np.ndarray | None = None) -> dict:
+    """Mean NLL over every target of the split under dynamic evaluation (the model passed in is not changed);
+    bits per character over the characters the targets hold (`char_counts` per ID; one each when None)."""
     ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))
     learner = copy.deepcopy(model).to(device)
     learner.eval()  # no dropout: the steps adapt the weights, the forward pass stays the evaluation's
@@ -44,16 +45,19 @@ def dynamic_score(model, ids: np.ndarray, stride: int, streams: int, lr: float, 
              for first, last in bounds]
     width = min(block, len(ids) - 1)  # every segment holds a full window (or the split is one short window)
     steps = max(len(p) for p in plans)
-    total_nll, total_tokens = 0.0, 0
+    total_nll, total_tokens, total_chars = 0.0, 0, 0
     for step in range(steps):
         windows = [p[step] for p in plans if step < len(p)]
         inputs, targets, mask = window_batch(ids, windows, width, device)
         new = window_nll(learner, inputs, targets, precision)[mask]
         total_nll += float(new.detach().double().sum())  # scored before the step below
         total_tokens += int(mask.sum())
+        total_chars += (int(mask.sum()) if char_counts is None else
+                        int(char_counts[targets[mask].cpu().numpy()].sum()))
         optimizer.zero_grad(set_to_none=True)
         new.mean().backward()
         optimizer.step()
     loss = total_nll / total_tokens
-    return {"loss": loss, "perplexity": math.exp(loss), "bpc": loss / math.log(2), "tokens": total_tokens,
+    return {"loss": loss, "perplexity": math.exp(loss), "bpc": total_nll / total_chars / math.log(2),
+            "tokens": total_tokens, "characters": total_chars,
             "steps": steps, "streams": len(bounds)}

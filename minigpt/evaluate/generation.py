@@ -18,17 +18,17 @@ from minigpt.core.paths import BEST_CHECKPOINT as BEST
 from minigpt.core.paths import TOKENIZER_FILE
 from minigpt.data.clean import normalise
 from minigpt.data.textstats import repetition_metrics
-from minigpt.data.tokenizer import CharTokenizer
+from minigpt.data.tokenizer_files import Tokenizer
 from minigpt.model.checkpoint import load_trained_model
 from minigpt.model.devices import select_device
 from minigpt.model.sampling import SamplingSettings, sample_chunks, sample_text
 
 
-def prepare_prompt(prompt: str, index: int, tokenizer: CharTokenizer, clean: CleanConfig) -> str:
+def prepare_prompt(prompt: str, index: int, tokenizer: Tokenizer, clean: CleanConfig) -> str:
     """Apply the clean stage's normalisation; a character outside the vocabulary is an error, never a silent
     placeholder."""
     text = normalise(prompt, clean)
-    unknown = [ch for ch in dict.fromkeys(text) if ch not in set(tokenizer.chars)]
+    unknown = tokenizer.unknown_characters(text)
     if unknown:
         shown = ", ".join(f"{ch!r} (U+{ord(ch):04X})" for ch in unknown[:5])
         raise ConfigError(f"'generate.prompts[{index}]' = {prompt!r} has characters outside the vocabulary: {shown}. "

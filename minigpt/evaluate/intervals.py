@@ -1,8 +1,9 @@
 """How sure a bits-per-character figure is: a bootstrap over contiguous blocks of the scored targets.
 
-A split's targets are cut into contiguous blocks (their summed NLL and token counts are what evaluate keeps). The
-bpc of a resample is sum(NLL) / sum(tokens) / ln 2 over blocks drawn with replacement; the 95% interval is the
-2.5th and 97.5th percentile over the resamples. Blocks rather than single characters, because neighbouring
+A split's targets are cut into contiguous blocks (their summed NLL, token and character counts are what evaluate
+keeps). The bpc of a resample is sum(NLL) / sum(characters) / ln 2 over blocks drawn with replacement (a character
+tokenizer's blocks hold one character per token); the 95% interval is the 2.5th and 97.5th percentile over the
+resamples. Blocks rather than single characters, because neighbouring
 characters' losses are correlated (a hard word is hard for several characters): resampling blocks keeps that
 correlation inside each block, so the interval is not too narrow. Two runs scored on the same targets are compared
 **paired**: the same blocks are drawn for both, so what the text makes hard cancels out and only the difference
@@ -28,29 +29,35 @@ def block_sums(nll: np.ndarray, blocks: int) -> tuple[np.ndarray, np.ndarray]:
     return sums.astype(np.float64), np.diff(edges)
 
 
+def block_chars(chars: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The characters of each block of `block_sums` (`counts` targets each), from the characters per target."""
+    edges = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    return np.add.reduceat(np.asarray(chars, dtype=np.int64), edges) if len(chars) else np.zeros(1, np.int64)
+
+
 def _resample_indices(blocks: int, resamples: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, blocks, size=(resamples, blocks))
 
 
-def bpc_interval(nll_sums, tokens, resamples: int, seed: int) -> list[float]:
-    """The 95% bootstrap interval of sum(nll) / sum(tokens) in bits, blocks resampled with replacement."""
-    nll_sums, tokens = np.asarray(nll_sums, dtype=np.float64), np.asarray(tokens, dtype=np.float64)
-    picks = _resample_indices(len(tokens), resamples, seed)
-    bpc = nll_sums[picks].sum(axis=1) / tokens[picks].sum(axis=1) / math.log(2)
+def bpc_interval(nll_sums, chars, resamples: int, seed: int) -> list[float]:
+    """The 95% bootstrap interval of sum(nll) / sum(chars) in bits, blocks resampled with replacement."""
+    nll_sums, chars = np.asarray(nll_sums, dtype=np.float64), np.asarray(chars, dtype=np.float64)
+    picks = _resample_indices(len(chars), resamples, seed)
+    bpc = nll_sums[picks].sum(axis=1) / chars[picks].sum(axis=1) / math.log(2)
     low, high = np.quantile(bpc, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
     return [float(low), float(high)]
 
 
-def paired_difference(nll_sums_a, nll_sums_b, tokens, resamples: int, seed: int) -> dict:
+def paired_difference(nll_sums_a, nll_sums_b, chars, resamples: int, seed: int) -> dict:
     """B - A in bpc on the same targets, with its paired 95% interval (the same blocks drawn for both runs)."""
     a, b = np.asarray(nll_sums_a, dtype=np.float64), np.asarray(nll_sums_b, dtype=np.float64)
-    tokens = np.asarray(tokens, dtype=np.float64)
-    if not (a.shape == b.shape == tokens.shape):
+    chars = np.asarray(chars, dtype=np.float64)
+    if not (a.shape == b.shape == chars.shape):
         raise ValueError("paired blocks must be the same blocks of the same targets in both runs")
-    picks = _resample_indices(len(tokens), resamples, seed)
-    diffs = (b[picks].sum(axis=1) - a[picks].sum(axis=1)) / tokens[picks].sum(axis=1) / math.log(2)
+    picks = _resample_indices(len(chars), resamples, seed)
+    diffs = (b[picks].sum(axis=1) - a[picks].sum(axis=1)) / chars[picks].sum(axis=1) / math.log(2)
     low, high = np.quantile(diffs, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
-    return {"difference": float((b.sum() - a.sum()) / tokens.sum() / math.log(2)), "ci95": [float(low), float(high)]}
+    return {"difference": float((b.sum() - a.sum()) / chars.sum() / math.log(2)), "ci95": [float(low), float(high)]}
 
 
 def student_t_quantile(p: float, df: float) -> float:
@@ -76,7 +83,7 @@ def student_t_quantile(p: float, df: float) -> float:
     return (low + high) / 2
 
 
-def group_difference(sums_a, sums_b, tokens, resamples: int, seed: int) -> dict:
+def group_difference(sums_a, sums_b, chars, resamples: int, seed: int) -> dict:
     """B - A between the mean bpc of two groups of runs that differ only in their seeds, all scored on the same
     blocks (`sums_a`: one row of block NLL sums per run of A, at least two rows each).
 
@@ -85,17 +92,17 @@ def group_difference(sums_a, sums_b, tokens, resamples: int, seed: int) -> dict:
     over the same blocks. Their variances add; the 95% interval is Student's t with Welch-Satterthwaite degrees of
     freedom, so three seeds per group give a wide interval, as they should."""
     a, b = np.asarray(sums_a, dtype=np.float64), np.asarray(sums_b, dtype=np.float64)
-    tokens = np.asarray(tokens, dtype=np.float64)
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != len(tokens) or b.shape[1] != len(tokens):
+    chars = np.asarray(chars, dtype=np.float64)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != len(chars) or b.shape[1] != len(chars):
         raise ValueError("every run of both groups must be scored on the same blocks of the same targets")
     if min(len(a), len(b)) < 2:
         raise ValueError("a group needs at least two runs (seeds) to have a spread")
-    to_bpc = 1 / tokens.sum() / math.log(2)
+    to_bpc = 1 / chars.sum() / math.log(2)
     bpc_a, bpc_b = a.sum(axis=1) * to_bpc, b.sum(axis=1) * to_bpc
-    picks = _resample_indices(len(tokens), resamples, seed)
-    text = (b.mean(axis=0)[picks].sum(axis=1) - a.mean(axis=0)[picks].sum(axis=1)) / tokens[picks].sum(axis=1)
+    picks = _resample_indices(len(chars), resamples, seed)
+    text = (b.mean(axis=0)[picks].sum(axis=1) - a.mean(axis=0)[picks].sum(axis=1)) / chars[picks].sum(axis=1)
     parts = [(bpc_a.var(ddof=1) / len(a), len(a) - 1), (bpc_b.var(ddof=1) / len(b), len(b) - 1),
-             (float((text / math.log(2)).var(ddof=1)), len(tokens) - 1)]
+             (float((text / math.log(2)).var(ddof=1)), len(chars) - 1)]
     variance = sum(v for v, _ in parts)
     difference = float(bpc_b.mean() - bpc_a.mean())
     if variance == 0:

@@ -78,13 +78,22 @@ def target_nll(model, ids: np.ndarray | torch.Tensor, stride: int, batch_size: i
     return out
 
 
-def summarise(nll: np.ndarray) -> dict:
-    """Mean NLL over the targets, with perplexity and bits per character."""
+def summarise(nll: np.ndarray, chars: np.ndarray | None = None) -> dict:
+    """Mean NLL per target token (nats) and its perplexity, and bits per character: the summed NLL in bits over
+    the characters the targets hold (`chars`, per target; one each for a character tokenizer)."""
     loss = float(nll.sum()) / len(nll)
-    return {"loss": loss, "perplexity": math.exp(loss), "bpc": loss / math.log(2), "tokens": int(len(nll))}
+    characters = len(nll) if chars is None else int(np.sum(chars))
+    return {"loss": loss, "perplexity": math.exp(loss), "bpc": float(nll.sum()) / characters / math.log(2),
+            "tokens": int(len(nll)), "characters": characters}
+
+
+def target_chars(ids, char_counts: np.ndarray) -> np.ndarray:
+    """The characters each target 1..len-1 holds (`char_counts` per ID: the tokenizer's char_counts())."""
+    return char_counts[np.asarray(ids, dtype=np.int64)[1:]]
 
 
 def score_split(model, ids: np.ndarray | torch.Tensor, stride: int, batch_size: int, device: torch.device,
-                precision: str = "fp32") -> dict:
+                precision: str = "fp32", char_counts: np.ndarray | None = None) -> dict:
     """Mean NLL over every target of the split, with perplexity and bits per character."""
-    return summarise(target_nll(model, ids, stride, batch_size, device, precision))
+    chars = None if char_counts is None else target_chars(ids, char_counts)
+    return summarise(target_nll(model, ids, stride, batch_size, device, precision), chars)

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from minigpt.core.errors import MinigptError, WriteFailed
 from minigpt.core.io_utils import atomic_write_bytes
-from minigpt.data.tokenizer import CharTokenizer
+from minigpt.data.tokenizer_files import Tokenizer, load_tokenizer
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 from minigpt.model.pickle_scan import pickled_globals
 
@@ -163,14 +163,14 @@ def require_tokenizer(checkpoint: dict, fingerprint: str, source: str = "checkpo
     if checkpoint["tokenizer_fingerprint"] != fingerprint:
         raise CheckpointError(
             f"{source}: trained with tokenizer {checkpoint['tokenizer_fingerprint'][:16]}…, but "
-            f"data/tokenizer/char_tokenizer.json is {fingerprint[:16]}…; IDs would map to the wrong characters. "
+            f"data/tokenizer/tokenizer.json is {fingerprint[:16]}…; IDs would map to the wrong characters. "
             "Use the tokenizer the checkpoint was trained with, or retrain on the current data."
         )
 
 
 class TrainedModel(NamedTuple):
     model: MiniGPT
-    tokenizer: CharTokenizer
+    tokenizer: Tokenizer
     checkpoint: dict  # the rest of the payload (step, best_step, elapsed_s, ...)
 
 
@@ -179,6 +179,6 @@ def load_trained_model(path: str | Path, tokenizer_file: str | Path,
     """A checkpoint's model on `device` and the tokenizer it was trained with: refused when the tokenizer file is
     another one than the checkpoint's (what evaluate, generate and the doctor all load)."""
     checkpoint = load_checkpoint(path)
-    tokenizer = CharTokenizer.load(tokenizer_file)
+    tokenizer = load_tokenizer(tokenizer_file)
     require_tokenizer(checkpoint, tokenizer.fingerprint, str(path))
     return TrainedModel(model_from_checkpoint(checkpoint, device, str(path)), tokenizer, checkpoint)

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 
 from minigpt.core.config import Params
-from minigpt.data.tokenizer import CharTokenizer
+from minigpt.data.tokenizer_files import Tokenizer
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 
 
@@ -25,7 +25,7 @@ class Context:
     model_config: MiniGPTConfig | None = None
     model_factory: Callable[[MiniGPTConfig], nn.Module] = MiniGPT
     # filled by the checks
-    tokenizer: CharTokenizer | None = None
+    tokenizer: Tokenizer | None = None
     meta: dict | None = None
     splits: dict[str, torch.Tensor] = field(default_factory=dict)
     batch: tuple[torch.Tensor, torch.Tensor] | None = None

@@ -16,6 +16,7 @@ from minigpt.data import batching
 from minigpt.data.encode import load_ids, load_meta, split_file, split_hashes
 from minigpt.data.textstats import codepoints, from_codepoints
 from minigpt.data.tokenizer import CharTokenizer
+from minigpt.data.tokenizer_files import load_tokenizer
 from minigpt.model.devices import mps_available
 from minigpt.preflight.checks import Check, CheckFailed
 from minigpt.preflight.context import Context
@@ -60,7 +61,7 @@ def check_files(ctx: Context) -> dict:
     if problems:
         raise CheckFailed("; ".join(problems), {"sizes": sizes})
     try:
-        ctx.tokenizer = CharTokenizer.load(ctx.path(TOKENIZER_FILE))
+        ctx.tokenizer = load_tokenizer(ctx.path(TOKENIZER_FILE))
         ctx.meta = load_meta(ctx.path(ENCODED_DIR))
     except MinigptError as exc:
         raise CheckFailed(str(exc), {"sizes": sizes}) from None
@@ -85,7 +86,9 @@ def check_tokenizer(ctx: Context) -> dict:
     chars = [tok.decode([i]) for i in range(tok.vocab_size)]
     measured: dict[str, Any] = {"tokenizer_fingerprint": tok.fingerprint,
                                 "encoded_with": ctx.meta["tokenizer_fingerprint"],
-                                "vocab_size": tok.vocab_size, "first_chars": chars[:12], "last_chars": chars[-12:],
+                                "vocab_size": tok.vocab_size,
+                                "kind": "char" if isinstance(tok, CharTokenizer) else "bpe",
+                                "first_chars": chars[:12], "last_chars": chars[-12:],
                                 "splits": {}}
     ctx.summary.update(tokenizer_fingerprint=tok.fingerprint, vocab_size=tok.vocab_size)
     problems = []
@@ -115,7 +118,7 @@ def check_tokenizer(ctx: Context) -> dict:
             problems.append(f"decoded {split} IDs differ from {clean_split_path(split)} at character {mismatch} "
                             f"(lengths {decoded.size} vs {clean.size}): {got!r} vs {want!r}")
     if ctx.meta["tokenizer_fingerprint"] != tok.fingerprint:
-        problems.append("data/encoded was encoded with a different tokenizer than data/tokenizer/char_tokenizer.json "
+        problems.append("data/encoded was encoded with a different tokenizer than data/tokenizer/tokenizer.json "
                         "(fingerprints differ)")
     if problems:
         raise CheckFailed("; ".join(problems), measured)

@@ -17,7 +17,7 @@ from minigpt.core.config import Params
 from minigpt.core.errors import MinigptError
 from minigpt.core.io_utils import atomic_write_json, canonical_json_digest
 from minigpt.core.paths import DEBUG_REPORT, TOKENIZER_FILE
-from minigpt.data.tokenizer import CharTokenizer
+from minigpt.data.tokenizer_files import load_tokenizer
 from minigpt.model.devices import select_device
 from minigpt.model.gpt import MiniGPTConfig
 from minigpt.preflight import architecture_checks, data_checks, model_checks, step_checks, training_checks
@@ -82,7 +82,7 @@ def run_preflight(params: Params, root: Path = Path("."), report_path: Path | No
     device = select_device(params.train.device)
     tokenizer_vocab = None
     try:
-        tokenizer_vocab = CharTokenizer.load(root / TOKENIZER_FILE).vocab_size
+        tokenizer_vocab = load_tokenizer(root / TOKENIZER_FILE).vocab_size
     except MinigptError:
         pass
     # budget.choose_shape: the shape the rule picks from this machine's timings; train.precision: auto becomes fp32

@@ -173,19 +173,19 @@ def overlaid_charts(runs: list[RunFiles]) -> str:
     return note + '<div class="charts">' + "".join(charts) + "</div>"
 
 
-def paired_comparison(runs: list[RunFiles]) -> str:
-    """Every run against the one with the best val bpc: B - A per split with its paired 95% interval."""
-    scored = [r for r in runs if isinstance(((r.evaluation or {}).get("val") or {}).get("bpc"), (int, float))]
-    if len(scored) < 2:
-        return '<p class="muted">fewer than two evaluated runs</p>'
-    best = min(scored, key=lambda r: r.evaluation["val"]["bpc"])
+AGAINST_BEST_COLUMNS = ["val B - A", "val 95% interval", "val", "test B - A", "test 95% interval", "test"]
+
+
+def against_best_rows(items: list, best, name_of, compare) -> list[list]:
+    """A table row per item but the best: per split, B - A, its 95% interval and the verdict (`compare(best, item,
+    split)` gives them, or a verdict saying why not)."""
     rows = []
-    for run in runs:
-        if run is best:
+    for item in items:
+        if item is best:
             continue
-        cells = [escape(run.name)]
+        cells = [escape(name_of(item))]
         for split in SPLITS:
-            row = paired_split(best, run, split)
+            row = compare(best, item, split)
             if "difference" in row:
                 low, high = row["ci95"]
                 cells += [("num", f"{row['difference']:+.4f}"), ("num", f"[{low:+.4f}, {high:+.4f}]"),
@@ -193,10 +193,18 @@ def paired_comparison(runs: list[RunFiles]) -> str:
             else:
                 cells += ["–", "–", escape(row["verdict"])]
         rows.append(cells)
+    return rows
+
+
+def paired_comparison(runs: list[RunFiles]) -> str:
+    """Every run against the one with the best val bpc: B - A per split with its paired 95% interval."""
+    scored = [r for r in runs if isinstance(((r.evaluation or {}).get("val") or {}).get("bpc"), (int, float))]
+    if len(scored) < 2:
+        return '<p class="muted">fewer than two evaluated runs</p>'
+    best = min(scored, key=lambda r: r.evaluation["val"]["bpc"])
     note = (f'<p class="muted">B = each run, A = the best val bpc ({escape(best.name)}); intervals from a paired '
             f"bootstrap over the same blocks of the scored targets ({resampling(best)[0]} resamples).</p>")
-    return note + table(["run", "val B - A", "val 95% interval", "val", "test B - A", "test 95% interval", "test"],
-                        rows)
+    return note + table(["run", *AGAINST_BEST_COLUMNS], against_best_rows(runs, best, lambda r: r.name, paired_split))
 
 
 def groups_comparison(runs: list[RunFiles]) -> str:
@@ -212,24 +220,10 @@ def groups_comparison(runs: list[RunFiles]) -> str:
     if len(scored) < 2:
         return summary
     best = min(scored, key=lambda g: g.summary("val")["mean"])
-    rows = []
-    for group in groups:
-        if group is best:
-            continue
-        cells = [escape(group.label)]
-        for split in SPLITS:
-            row = group_split(best, group, split)
-            if "difference" in row:
-                low, high = row["ci95"]
-                cells += [("num", f"{row['difference']:+.4f}"), ("num", f"[{low:+.4f}, {high:+.4f}]"),
-                          escape(row["verdict"].replace("B is", "is"))]
-            else:
-                cells += ["–", "–", escape(row["verdict"])]
-        rows.append(cells)
     note = (f'<p class="muted">B = each group, A = the best mean val bpc ({escape(best.label)}); the interval holds '
             "the spread over seeds (Welch's t) and over the text (paired bootstrap of the blocks).</p>")
-    return summary + note + table(["group", "val B - A", "val 95% interval", "val", "test B - A",
-                                   "test 95% interval", "test"], rows)
+    return summary + note + table(["group", *AGAINST_BEST_COLUMNS],
+                                  against_best_rows(groups, best, lambda g: g.label, group_split))
 
 
 def compare_page(runs: list[RunFiles]) -> str:

@@ -45,7 +45,7 @@ def decision_metrics(run: RunFiles) -> dict:
     if run.evaluation:
         ev = run.evaluation
         out.update(val_bpc=ev["val"]["bpc"], test_bpc=ev["test"]["bpc"],
-                   gap_bpc=ev["generalization_gap"] / math.log(2))
+                   gap_bpc=ev.get("generalization_gap_bpc", ev["generalization_gap"] / math.log(2)))
         if "baselines" in ev:
             out.update(vs_base=ev["baselines"]["vs_best_static_bpc"])
     if run.train:

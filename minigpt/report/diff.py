@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from minigpt.report.compare import differing_params
 from minigpt.report.groups import groups_text, has_groups, seed_groups
-from minigpt.report.paired import SPLITS, paired_split, resampling
+from minigpt.report.paired import SPLITS, difference_line, paired_split, resampling
 from minigpt.report.run_files import RunFiles
 
 
@@ -15,14 +15,7 @@ def diff_text(a: RunFiles, b: RunFiles) -> str:
     lines = [f"A = {a.name}, B = {b.name} (bits per character; paired bootstrap over the same blocks, "
              f"{resampling(a)[0]} resamples)",
              f"{'split':<6} {'A':>8} {'B':>8} {'B - A':>9}  {'95% interval':<21} verdict"]
-    for split in SPLITS:
-        row = paired_split(a, b, split)
-        if "difference" not in row:
-            lines.append(f"{split:<6} {row['verdict']}")
-            continue
-        low, high = row["ci95"]
-        lines.append(f"{split:<6} {row['a']:>8.4f} {row['b']:>8.4f} {row['difference']:>+9.4f}  "
-                     f"[{low:+.4f}, {high:+.4f}]  {row['verdict']}")
+    lines += [difference_line(f"{split:<6}", paired_split(a, b, split)) for split in SPLITS]
     params = differing_params([a, b])
     lines.append("params that differ: " + ("; ".join(f"{key} {values[0]!r} -> {values[1]!r}" for key, values in params)
                                            if params else "none"))

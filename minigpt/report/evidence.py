@@ -32,7 +32,8 @@ def _files(m: dict) -> Lines:
 
 
 def _tokenizer(m: dict) -> Lines:
-    lines = [("vocabulary", f"{_num(m.get('vocab_size'))} characters: first {''.join(m.get('first_chars') or [])!r}, "
+    unit = "byte-level BPE tokens" if m.get("kind") == "bpe" else "characters"
+    lines = [("vocabulary", f"{_num(m.get('vocab_size'))} {unit}: first {''.join(m.get('first_chars') or [])!r}, "
                             f"last {''.join(m.get('last_chars') or [])!r}")]
     for split, s in (m.get("splits") or {}).items():
         lines.append((f"{split} decoded", repr(s.get("decoded_start", ""))))

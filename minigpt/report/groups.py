@@ -10,7 +10,7 @@ import statistics
 from dataclasses import dataclass
 
 from minigpt.evaluate.intervals import group_difference
-from minigpt.report.paired import SPLITS, resampling, verdict_of
+from minigpt.report.paired import SPLITS, characters, difference_line, resampling, verdict_of
 from minigpt.report.run_files import RunFiles, flat_params
 
 # the params that only reseed a run (sampling's seed changes the samples, not the model)
@@ -72,14 +72,17 @@ def group_split(a: SeedGroup, b: SeedGroup, split: str) -> dict:
             return {"verdict": f"not comparable as groups: {group.label} has {len(kept[-1])} evaluated run(s) "
                                "with reports/eval_blocks.json; a group needs two seeds or more"}
     every = kept[0] + kept[1]
+    if len({(run.eval_blocks or {}).get("tokenizer") for group in (a, b) for run in group.runs if run.eval_blocks}) > 1:
+        return {"verdict": "not comparable block by block: the runs use different tokenizers (their blocks are cut "
+                           "in tokens); compare their bpc and its interval"}
     if len({k.get("sha256") for k in every}) > 1:
         return {"verdict": "not comparable: the runs scored different text (the split's SHA-256 differs)"}
-    if len({tuple(k.get("tokens") or ()) for k in every}) > 1:
+    if len({(tuple(k.get("tokens") or ()), tuple(characters(k))) for k in every}) > 1:
         return {"verdict": "not comparable: the runs cut the split into different blocks (evaluate.blocks differs)"}
-    tokens = every[0]["tokens"]
-    result = group_difference([k["nll"] for k in kept[0]], [k["nll"] for k in kept[1]], tokens,
+    chars = characters(every[0])
+    result = group_difference([k["nll"] for k in kept[0]], [k["nll"] for k in kept[1]], chars,
                               *resampling(a.runs[0]))
-    means = [statistics.fmean(sum(k["nll"]) / sum(tokens) / math.log(2) for k in group) for group in kept]
+    means = [statistics.fmean(sum(k["nll"]) / sum(chars) / math.log(2) for k in group) for group in kept]
     return {"a": means[0], "b": means[1], **result, "verdict": verdict_of(result["ci95"])}
 
 
@@ -103,13 +106,6 @@ def groups_text(groups: list[SeedGroup]) -> str:
                  f"(Welch's t)\nand the text's (paired bootstrap of the blocks, {resampling(first.runs[0])[0]} "
                  "resamples)")
     lines.append(f"{'B':<4}{'split':<6} {'A':>8} {'B':>8} {'B - A':>9}  {'95% interval':<21} verdict")
-    for i, group in enumerate(groups[1:], 2):
-        for split in SPLITS:
-            row = group_split(first, group, split)
-            if "difference" not in row:
-                lines.append(f"{'G' + str(i):<4}{split:<6} {row['verdict']}")
-                continue
-            low, high = row["ci95"]
-            lines.append(f"{'G' + str(i):<4}{split:<6} {row['a']:>8.4f} {row['b']:>8.4f} {row['difference']:>+9.4f}  "
-                         f"[{low:+.4f}, {high:+.4f}]  {row['verdict']}")
+    lines += [difference_line(f"{'G' + str(i):<4}{split:<6}", group_split(first, group, split))
+              for i, group in enumerate(groups[1:], 2) for split in SPLITS]
     return "\n".join(lines)

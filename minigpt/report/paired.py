@@ -14,6 +14,12 @@ DEFAULT_RESAMPLES, DEFAULT_SEED = 2000, 0
 SPLITS = ("val", "test")
 
 
+def characters(kept: dict) -> list[int]:
+    """Each block's characters, the bpc denominators (a file written before it kept them: its tokens, which were
+    characters then)."""
+    return kept.get("chars") or kept["tokens"]
+
+
 def resampling(run: RunFiles) -> tuple[int, int]:
     """(resamples, seed) the run's evaluation used for its own intervals: the paired comparison uses the same."""
     kept = run.eval_blocks or {}
@@ -27,12 +33,15 @@ def paired_split(a: RunFiles, b: RunFiles, split: str) -> dict:
     if missing:
         return {"verdict": f"not comparable: no reports/eval_blocks.json for {', '.join(missing)} (evaluate again)"}
     first, second = blocks
+    if (a.eval_blocks or {}).get("tokenizer") != (b.eval_blocks or {}).get("tokenizer"):
+        return {"verdict": "not comparable block by block: the runs use different tokenizers (their blocks are cut "
+                           "in tokens); compare their bpc and its interval"}
     if first.get("sha256") != second.get("sha256"):
         return {"verdict": "not comparable: the runs scored different text (the split's SHA-256 differs)"}
-    if first.get("tokens") != second.get("tokens"):
+    if first.get("tokens") != second.get("tokens") or characters(first) != characters(second):
         return {"verdict": "not comparable: the runs cut the split into different blocks (evaluate.blocks differs)"}
-    paired = paired_difference(first["nll"], second["nll"], first["tokens"], *resampling(a))
-    bpc = [sum(kept["nll"]) / sum(kept["tokens"]) / math.log(2) for kept in blocks]
+    paired = paired_difference(first["nll"], second["nll"], characters(first), *resampling(a))
+    bpc = [sum(kept["nll"]) / sum(characters(kept)) / math.log(2) for kept in blocks]
     return {"a": bpc[0], "b": bpc[1], **paired, "verdict": verdict_of(paired["ci95"])}
 
 
@@ -40,3 +49,12 @@ def verdict_of(ci95: list[float]) -> str:
     """What a 95% interval of B - A says: better (all of it below 0), worse (all above), or neither."""
     low, high = ci95
     return "B is better" if high < 0 else "B is worse" if low > 0 else "no detectable difference"
+
+
+def difference_line(label: str, row: dict) -> str:
+    """One terminal line of a comparison: A, B, B - A [95% interval] and the verdict, or why it was not compared."""
+    if "difference" not in row:
+        return f"{label} {row['verdict']}"
+    low, high = row["ci95"]
+    return (f"{label} {row['a']:>8.4f} {row['b']:>8.4f} {row['difference']:>+9.4f}  [{low:+.4f}, {high:+.4f}]  "
+            f"{row['verdict']}")

@@ -126,17 +126,16 @@ def evaluation_section(run: RunFiles) -> list[str]:
     if ev is None:
         return ["<h2>Evaluation</h2>", '<p class="muted">no evaluation (evaluate has not run)</p>']
     rows = [[split, ("num", fmt(ev[key]["loss"])), ("num", fmt(ev[key]["bpc"])), ("num", fmt(ev[key]["perplexity"], 3)),
-             ("num", fmt(ev[key]["tokens"]))]
+             ("num", fmt(ev[key]["tokens"])), ("num", fmt(ev[key].get("characters", ev[key]["tokens"])))]
             for split, key in (("val", "val"), ("test", "test"), ("train slice", "train_slice"))]
-    rows.append(["random baseline (log "
-                 "V)", ("num", fmt(ev["baseline_log_v"])), ("num", fmt(ev["baseline_bpc"])), "", ""])
+    rows.append(["random baseline (log V per token)", ("num", fmt(ev["baseline_log_v"])), "", "", "", ""])
     return ["<h2>Evaluation</h2>", *baselines_block(ev.get("baselines")),
             f"<p>Every target token of each split scored once (stride {ev.get('stride')}, at least "
             f"{ev.get('min_context')} characters of context), checkpoint "
             f"<code>{escape(str(ev.get('checkpoint')))}</code>, best step {fmt(ev.get('best_step'))}. Generalisation "
             f"gap (val − train slice): {fmt(ev.get('generalization_gap'))} "
-            "nats.</p>", precision_line("evaluation precision", ev.get("precision")),
-            table(["split", "loss (nats/char)", "bits/char", "perplexity", "tokens"], rows)]
+            "nats per token.</p>", precision_line("evaluation precision", ev.get("precision")),
+            table(["split", "loss (nats/token)", "bits/char", "perplexity (per token)", "tokens", "characters"], rows)]
 
 
 def baselines_block(ladder: dict | None) -> list[str]:

@@ -15,7 +15,7 @@ from minigpt.core.errors import MinigptError
 from minigpt.core.io_utils import canonical_json_digest, read_json
 from minigpt.core.paths import DEBUG_REPORT, ENCODED_DIR, SPLITS, TOKENIZER_FILE
 from minigpt.data.encode import split_hashes
-from minigpt.data.tokenizer import CharTokenizer
+from minigpt.data.tokenizer_files import load_tokenizer
 
 # train.* keys whose value changes what preflight proves (the gate refuses a report made with other values):
 # the rehearsal runs the run's optimizer, schedule (over max_steps, down to min_lr), clipping and precision;
@@ -45,7 +45,7 @@ def current_fingerprints(params: Params, root: Path = Path(".")) -> dict:
     run's code."""
     encoded = split_hashes(root / ENCODED_DIR)
     try:
-        tokenizer = CharTokenizer.load(root / TOKENIZER_FILE).fingerprint
+        tokenizer = load_tokenizer(root / TOKENIZER_FILE).fingerprint
     except MinigptError:
         tokenizer = None
     return {"encoded": encoded, "tokenizer": tokenizer, "config": canonical_json_digest(gated_config(params)),

@@ -32,7 +32,7 @@ from minigpt.core.paths import (
     TRAIN_SUMMARY,
 )
 from minigpt.data import batching
-from minigpt.data.tokenizer import CharTokenizer
+from minigpt.data.tokenizer_files import Tokenizer, load_tokenizer
 from minigpt.model import batch_loss
 from minigpt.model.checkpoint import (
     load_checkpoint,
@@ -57,7 +57,7 @@ class TrainingDiverged(MinigptError):
     """A non-finite loss or gradient stopped training; the last good checkpoint is intact."""
 
 
-def generate_and_print_sample(model: MiniGPT, tokenizer: CharTokenizer, prompt: str, length: int,
+def generate_and_print_sample(model: MiniGPT, tokenizer: Tokenizer, prompt: str, length: int,
                               device: torch.device, seed: int = 0, out: Callable[[str], None] = print) -> str:
     """The prompt and `length` characters sampled after it (plain sampling, its own generator: the training RNG is
     not touched), printed."""
@@ -114,7 +114,7 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
 
 def _choose_precision_ungated(params: Params, root: Path, ddp: Dist, say) -> Params:
     """train.precision auto without a preflight report: time both here (every rank trains in bf16 if any chose it)."""
-    vocab = CharTokenizer.load(root / TOKENIZER_FILE).vocab_size
+    vocab = load_tokenizer(root / TOKENIZER_FILE).vocab_size
     device = distributed.rank_device(params.train.device, ddp)
     timing = choose_training_precision(params, vocab, device)
     choice = "bf16" if distributed.any_rank(timing["choice"] == "bf16", ddp, device) else "fp32"

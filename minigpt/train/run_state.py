@@ -19,7 +19,7 @@ from minigpt.core.config import Params
 from minigpt.core.errors import DataError
 from minigpt.core.paths import ENCODED_DIR, TOKENIZER_FILE, TRAIN_LOG
 from minigpt.data.encode import load_split
-from minigpt.data.tokenizer import CharTokenizer
+from minigpt.data.tokenizer_files import Tokenizer, load_tokenizer
 from minigpt.model.checkpoint import CheckpointError, load_state_strict, save_checkpoint
 from minigpt.model.gpt import MiniGPTConfig
 from minigpt.train import distributed, train_step
@@ -48,7 +48,7 @@ class Run:
     ddp: Dist
     device: torch.device
     say: Callable[[str], None]
-    tokenizer: CharTokenizer
+    tokenizer: Tokenizer
     train_ids: torch.Tensor
     val_ids: torch.Tensor
     raw_model: nn.Module  # the plain MiniGPT: evaluated, clipped and saved
@@ -85,7 +85,7 @@ def prepare_run(params: Params, root: Path, ddp: Dist, say, model_factory) -> Ru
     """Data, model, optimizer and samplers seeded, then the checkpoint (if any) this run continues."""
     cfg = params.train
     device = distributed.rank_device(cfg.device, ddp)
-    tokenizer = CharTokenizer.load(root / TOKENIZER_FILE)
+    tokenizer = load_tokenizer(root / TOKENIZER_FILE)
     config = MiniGPTConfig.from_params(params.model, tokenizer.vocab_size)
     splits = {split: load_split(root / ENCODED_DIR, split) for split in ("train", "val")}
     for split, ids in splits.items():

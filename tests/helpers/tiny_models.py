@@ -15,7 +15,7 @@ def small_config(vocab=40, **overrides):
 
 
 def train_quickly(root, steps):
-    tok = CharTokenizer.load(root / "data/tokenizer/char_tokenizer.json")
+    tok = CharTokenizer.load(root / "data/tokenizer/tokenizer.json")
     torch.manual_seed(0)
     model = MiniGPT(small_config(tok.vocab_size, block_size=32, embedding_dim=64))
     train = load_split(root / "data/encoded", "train")
