@@ -237,3 +237,26 @@ def test_two_queue_workers_at_once_each_train_their_own_run_on_their_share_of_th
     assert max(threads) <= cores, threads
     if cores >= 2:
         assert any(max(1, cores // 2) in s["threads"] for s in summaries.values()), summaries
+
+
+def test_a_bpe_run_through_dvc_next_to_a_char_run_on_the_comparison_page(tmp_path, fixture_dir):
+    """`-S tokenizer=bpe` as an experiment beside the char baseline: tokenizer, encode, preflight … report rerun, the
+    baselines do not (they score characters), both runs have a val bpc in `dvc exp show`, and the comparison page
+    sets them side by side (block-by-block pairing refused: different tokenizers)."""
+    base = ["experiment=debug", "data=local", f"data.path={fixture_dir}", "generate.max_new_tokens=40"]
+    project = DvcProject(tmp_path / "proj", base)
+    project.dvc("repro")
+    project.git("add", "-A")
+    project.git("commit", "-q", "-m", "char baseline")
+    overrides = [arg for o in base for arg in ("-S", o)]
+    bpe = project.dvc("exp", "run", *overrides, "-S", "tokenizer=bpe", "-S", "tokenizer.vocab_size=300", "-n", "bpe")
+    assert project.stages_run(bpe.stdout) == ["tokenizer", "encode", *LR_STAGES], bpe.stdout
+    assert "Stage 'baselines' didn't change, skipping" in bpe.stdout
+    shown = json.loads(project.dvc("exp", "show", "--json").stdout)
+    rows = [run for rev in shown for run in [rev, *[r for e in (rev.get("experiments") or []) for r in e["revs"]]]]
+    bpcs = [run.get("data", {}).get("metrics", {}).get("reports/metrics.json", {}).get("data", {}).get("val_bpc")
+            for run in rows]
+    assert len([b for b in bpcs if b is not None]) >= 2, shown
+    compared = project.run(sys.executable, "-m", "minigpt.report", "compare", "main", "bpe", "--out", "compare.html")
+    page = (project.root / "compare.html").read_text()
+    assert compared.returncode == 0 and "tokenizer.kind" in page and "different tokenizers" in page
