@@ -86,6 +86,8 @@ def test_the_comparison_resamples_as_the_runs_evaluation_did():
 def test_runs_of_different_tokenizers_are_not_compared_block_by_block():
     a, b = run("a", BASE), run("b", BASE + 0.02)
     a.eval_blocks["tokenizer"], b.eval_blocks["tokenizer"] = "char-fingerprint", "bpe-fingerprint"
-    assert "different tokenizers" in paired_split(a, b, "val")["verdict"]
+    unpaired = paired_split(a, b, "val")
+    assert "different tokenizers" in unpaired["verdict"] and unpaired["b"] > unpaired["a"]
+    assert "different tokenizers" in diff_text(a, b) and f"{unpaired['b']:.4f}" in diff_text(a, b)
     b.eval_blocks["tokenizer"] = "char-fingerprint"
     assert paired_split(a, b, "val")["verdict"] == "B is worse"

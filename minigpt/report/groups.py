@@ -73,8 +73,8 @@ def group_split(a: SeedGroup, b: SeedGroup, split: str) -> dict:
                                "with reports/eval_blocks.json; a group needs two seeds or more"}
     every = kept[0] + kept[1]
     if len({(run.eval_blocks or {}).get("tokenizer") for group in (a, b) for run in group.runs if run.eval_blocks}) > 1:
-        return {"verdict": "not comparable block by block: the runs use different tokenizers (their blocks are cut "
-                           "in tokens); compare their bpc and its interval"}
+        return {"verdict": "not paired: different tokenizers (blocks are cut in tokens); compare each run's own "
+                           "interval"}
     if len({k.get("sha256") for k in every}) > 1:
         return {"verdict": "not comparable: the runs scored different text (the split's SHA-256 differs)"}
     if len({(tuple(k.get("tokens") or ()), tuple(characters(k))) for k in every}) > 1:

@@ -34,8 +34,9 @@ def paired_split(a: RunFiles, b: RunFiles, split: str) -> dict:
         return {"verdict": f"not comparable: no reports/eval_blocks.json for {', '.join(missing)} (evaluate again)"}
     first, second = blocks
     if (a.eval_blocks or {}).get("tokenizer") != (b.eval_blocks or {}).get("tokenizer"):
-        return {"verdict": "not comparable block by block: the runs use different tokenizers (their blocks are cut "
-                           "in tokens); compare their bpc and its interval"}
+        own = [sum(kept["nll"]) / sum(characters(kept)) / math.log(2) for kept in blocks]
+        return {"a": own[0], "b": own[1], "verdict": "not paired: different tokenizers (blocks are cut in tokens); "
+                                                      "compare each run's own interval"}
     if first.get("sha256") != second.get("sha256"):
         return {"verdict": "not comparable: the runs scored different text (the split's SHA-256 differs)"}
     if first.get("tokens") != second.get("tokens") or characters(first) != characters(second):
@@ -53,6 +54,8 @@ def verdict_of(ci95: list[float]) -> str:
 
 def difference_line(label: str, row: dict) -> str:
     """One terminal line of a comparison: A, B, B - A [95% interval] and the verdict, or why it was not compared."""
+    if "difference" not in row and "a" in row:
+        return f"{label} {row['a']:>8.4f} {row['b']:>8.4f} {row['b'] - row['a']:>+9.4f}  {'':<21} {row['verdict']}"
     if "difference" not in row:
         return f"{label} {row['verdict']}"
     low, high = row["ci95"]
