@@ -106,6 +106,15 @@ def prepare_project(work: Path, corpus: Path) -> None:
                        stdout=subprocess.DEVNULL)
 
 
+def refresh_tokens(work: Path) -> None:
+    """The tokenizer and encode stages again, for the params now in `work` (a run with another tokenizer)."""
+    import subprocess
+
+    for stage in ("tokenizer", "encode"):
+        subprocess.run([sys.executable, str(ROOT / "stages" / f"{stage}.py")], cwd=work, check=True,
+                       stdout=subprocess.DEVNULL)
+
+
 def clear_checkpoints(work: Path) -> None:
     """Remove the scratch project's checkpoints, so the next run starts fresh instead of resuming."""
     from minigpt.core.paths import BEST_CHECKPOINT, LATEST_CHECKPOINT

@@ -3,6 +3,7 @@
     python benchmarks/quality_budget.py --corpus ../shared/wt2-mini                 # references + 72 s preset
     python benchmarks/quality_budget.py --corpus ../shared/wt2-mini --long          # + the 15-minute preset
     python benchmarks/quality_budget.py --corpus DIR --run name 'model.num_layers=6' 'train.lr=2e-3' ...
+    python benchmarks/quality_budget.py --corpus DIR --tokenizers                   # char vs BPE, 72 s preset
     python benchmarks/quality_budget.py --smoke        # seconds, on the tests' synthetic fixture (CI runs this)
 
 Each run: the data stages once (cached in the work folder), then per run preflight (the real gate, timed),
@@ -32,6 +33,7 @@ from bench_common import (
     compose_project,
     machine_label,
     prepare_project,
+    refresh_tokens,
     synthetic_corpus,
 )
 from minigpt.core.paths import ENCODED_DIR
@@ -66,7 +68,13 @@ RUNS = {
 LONG_RUNS = {"nanoGPT recipe, 15 min (reference)": [*REFERENCE, *CLOCKED, "train.max_seconds=900"],
              "budget-15m preset": ["experiment=budget-15m", *DYNAMIC],
              "small shape, 15 min (forced)": ["experiment=budget-15m", *ONLY_SMALL]}
-SMOKE_RUNS = {"budget-72s preset, 3 s": ["experiment=budget-72s", "train.max_seconds=3", *DYNAMIC]}
+# char against byte-level BPE of a few vocabulary sizes, the 72 s preset (docs/benchmarks.md)
+TOKENIZER_RUNS = {"budget-72s, char": ["experiment=budget-72s"],
+                  **{f"budget-72s, BPE {v}": ["experiment=budget-72s", "tokenizer=bpe", f"tokenizer.vocab_size={v}"]
+                     for v in (384, 512, 1024)}}
+SMOKE_RUNS = {"budget-72s preset, 3 s": ["experiment=budget-72s", "train.max_seconds=3", *DYNAMIC],
+              "budget-72s, BPE 300, 3 s": ["experiment=budget-72s", "train.max_seconds=3", "tokenizer=bpe",
+                                           "tokenizer.vocab_size=300"]}
 QUIET = ["train.sample_length=0"]
 
 
@@ -86,6 +94,7 @@ def nanogpt_style_estimate(checkpoint_metrics: dict, params, work: Path) -> floa
 
 def one_run(name: str, overrides: list[str], work: Path, corpus: Path) -> dict:
     params = compose_project(work, corpus, [*overrides, *QUIET])
+    refresh_tokens(work)  # this run's tokenizer (tokenizer=bpe …), the data stages' text unchanged
     clear_checkpoints(work)
     started = time.perf_counter()
     report = run_preflight(params, work)
@@ -104,7 +113,10 @@ def one_run(name: str, overrides: list[str], work: Path, corpus: Path) -> dict:
             "tokens_per_sec_median": summary["tokens_per_sec_median"], "preflight_seconds": preflight_s,
             "tokens_seen": summary["steps"] * params.train.batch_size * params.model.block_size,
             "val_bpc": metrics["val"]["bpc"], "test_bpc": metrics["test"]["bpc"],
-            "val_bpc_20_random_batches": nanogpt_style_estimate(metrics, params, work),
+            # nanoGPT's per-token estimate is bits per character for a character tokenizer only
+            "val_bpc_20_random_batches": nanogpt_style_estimate(metrics, params, work)
+            if params.tokenizer.kind == "char" else None,
+            "tokenizer": params.section_dict("tokenizer"),
             "dynamic_val_bpc": metrics["dynamic"]["val"]["bpc"] if "dynamic" in metrics else None,
             "watchdog_warnings": summary["warnings"], "best_step": metrics["best_step"]}
 
@@ -114,6 +126,7 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, help="a folder with wiki.{train,valid,test}.raw")
     parser.add_argument("--smoke", action="store_true", help="one 3-second run on the synthetic fixture (not a result)")
     parser.add_argument("--long", action="store_true", help="also run the 15-minute preset")
+    parser.add_argument("--tokenizers", action="store_true", help="char vs BPE (384, 512, 1024) at the 72 s preset")
     parser.add_argument("--run", nargs="+", action="append", metavar=("NAME", "OVERRIDE"),
                         help="an extra run: a name, then Hydra overrides (repeatable); replaces the default runs")
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / ".work", help="scratch project folder")
@@ -128,7 +141,8 @@ def main() -> None:
     elif args.corpus is None:
         parser.error("--corpus is required (or --smoke)")
     else:
-        runs = {r[0]: r[1:] for r in args.run} if args.run else {**RUNS, **(LONG_RUNS if args.long else {})}
+        runs = ({r[0]: r[1:] for r in args.run} if args.run else TOKENIZER_RUNS if args.tokenizers
+                else {**RUNS, **(LONG_RUNS if args.long else {})})
     prepare_project(args.work, args.corpus)
     results = []
     for name, overrides in runs.items():
@@ -153,7 +167,7 @@ def print_table(results: list[dict]) -> None:
             print(f"{r['name']:<34} preflight failed: {', '.join(r['preflight_failed'])}")
             continue
         print(f"{r['name']:<34} {r['parameters']:>9,} {r['steps']:>6} {r['train_seconds']:>8.1f} "
-              f"{r['tokens_per_sec_median']:>7,.0f} {r['val_bpc']:>8.3f} {r['val_bpc_20_random_batches']:>8.3f} "
+              f"{r['tokens_per_sec_median']:>7,.0f} {r['val_bpc']:>8.3f} {_or_dash(r['val_bpc_20_random_batches']):>8} "
               f"{r['test_bpc']:>8.3f} {_or_dash(r.get('dynamic_val_bpc')):>8} {r.get('watchdog_warnings', 0):>4}")
     print(flush=True)
 

@@ -22,6 +22,7 @@ from minigpt.core import code_binding
 from minigpt.core.config import ModelConfig, load_model_conf
 from minigpt.core.paths import DEBUG_MODEL_CONF
 from minigpt.data import batching
+from minigpt.data.bpe import BPETokenizer
 from minigpt.model import batch_loss
 from minigpt.model.gpt import MiniGPTConfig
 from minigpt.model.nonfinite import NonFiniteTracker
@@ -149,13 +150,14 @@ def check_rehearsal_learns(ctx: Context) -> dict:
                 "unigram_entropy": record["unigram_entropy"],
                 "log_v": math.log(ctx.model_config.vocab_size), "bar": bar, "steps": len(record["losses"])}
     ctx.summary["rehearsal_loss"] = after
+    unit = "token" if isinstance(ctx.tokenizer, BPETokenizer) else "character"
     if not after <= bar:
         raise CheckFailed(
             f"after {len(record['losses'])} rehearsal steps the loss on fixed train batches is {after:.4f} (from "
-            f"{record['probe_loss_before']:.4f}); train's character frequencies alone score "
+            f"{record['probe_loss_before']:.4f}); train's {unit} frequencies alone score "
             f"{record['probe_unigram_loss']:.4f} on them, and a correctly updating model is at least {margin} below "
             f"that by then ({bar:.4f}): the training step does not learn (updates that never land, an LR far too "
-            "low, or one so high that the model falls back to character frequencies)",
+            f"low, or one so high that the model falls back to {unit} frequencies)",
             measured,
         )
     return measured
