@@ -39,10 +39,16 @@ def sha256_file(path: str | os.PathLike) -> str:
 WRITE_FAILURES = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
 
 
-def raise_if_write_failure(exc: OSError, target: Path) -> None:
-    """A write the machine refused becomes one message naming the output (not the temp file) and the cause."""
-    if exc.errno in WRITE_FAILURES:
-        raise WriteFailed(target, exc.strerror or str(exc)) from None
+@contextmanager
+def named_write_failures(target: Path) -> Iterator[None]:
+    """A write the machine refuses inside the block becomes one message naming the output (not the temp file)
+    and the cause; any other error passes as it is."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in WRITE_FAILURES:
+            raise WriteFailed(target, exc.strerror or str(exc)) from None
+        raise
 
 
 @contextmanager
@@ -50,22 +56,17 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temp path in the target's folder; on success fsync it and os.replace it onto `path`."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    with named_write_failures(target):
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except OSError as exc:
-        raise_if_write_failure(exc, target)
-        raise
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        yield tmp
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual permissions
-        os.replace(tmp, target)
-    except OSError as exc:
-        raise_if_write_failure(exc, target)
-        raise
+        with named_write_failures(target):
+            yield tmp
+            with open(tmp, "rb+") as handle:
+                os.fsync(handle.fileno())
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual permissions
+            os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -98,20 +99,15 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     """Build a directory in a temp sibling; replace `path` with it only if the block succeeds."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    with named_write_failures(target):
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    except OSError as exc:
-        raise_if_write_failure(exc, target)
-        raise
     try:
-        yield tmp
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    except OSError as exc:
-        raise_if_write_failure(exc, target)
-        raise
+        with named_write_failures(target):
+            yield tmp
+            os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(tmp, target)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minigpt.core.io_utils import sha256_file
+from minigpt.core.io_utils import sha256_bytes
 from minigpt.core.paths import clean_split_path
 from minigpt.core.stage import read_text
 from minigpt.data.tokenizer import CharTokenizer
@@ -75,7 +75,8 @@ def character_ids(clean_dir: str | Path, placeholder: str) -> tuple[dict[str, np
     texts = {split: read_text(clean_split_path(split, clean_dir)) for split in ("train", *SCORED_SPLITS)}
     chars = CharTokenizer.from_text(texts["train"], placeholder=placeholder)
     ids = {split: np.asarray(chars.encode(text)) for split, text in texts.items()}
-    hashes = {split: sha256_file(clean_split_path(split, clean_dir)) for split in texts}
+    # read_text decodes the file's bytes exactly, so hashing the text re-encoded is hashing the file
+    hashes = {split: sha256_bytes(text.encode("utf-8")) for split, text in texts.items()}
     return ids, chars.vocab_size, hashes
 
 

@@ -84,8 +84,8 @@ def student_t_quantile(p: float, df: float) -> float:
 
 
 def group_difference(sums_a, sums_b, chars, resamples: int, seed: int) -> dict:
-    """B - A between the mean bpc of two groups of runs that differ only in their seeds, all scored on the same
-    blocks (`sums_a`: one row of block NLL sums per run of A, at least two rows each).
+    """B - A between the mean bpc ("a", "b") of two groups of runs that differ only in their seeds, all scored on
+    the same blocks (`sums_a`: one row of block NLL sums per run of A, at least two rows each).
 
     Two sources of noise: training (another seed gives another model) and the text (which blocks are in the split).
     The first is the runs' spread, s^2 / n per group; the second the paired bootstrap of the groups' mean models
@@ -104,11 +104,12 @@ def group_difference(sums_a, sums_b, chars, resamples: int, seed: int) -> dict:
     parts = [(bpc_a.var(ddof=1) / len(a), len(a) - 1), (bpc_b.var(ddof=1) / len(b), len(b) - 1),
              (float((text / math.log(2)).var(ddof=1)), len(chars) - 1)]
     variance = sum(v for v, _ in parts)
-    difference = float(bpc_b.mean() - bpc_a.mean())
+    means = {"a": float(bpc_a.mean()), "b": float(bpc_b.mean())}
+    difference = means["b"] - means["a"]
     if variance == 0:
-        return {"difference": difference, "ci95": [difference, difference], "se_seeds": 0.0, "se_text": 0.0,
-                "df": math.inf}
+        return {**means, "difference": difference, "ci95": [difference, difference], "se_seeds": 0.0,
+                "se_text": 0.0, "df": math.inf}
     df = variance ** 2 / sum(v ** 2 / dof for v, dof in parts if v > 0)
     half = student_t_quantile((1 + LEVEL) / 2, df) * math.sqrt(variance)
-    return {"difference": difference, "ci95": [difference - half, difference + half],
+    return {**means, "difference": difference, "ci95": [difference - half, difference + half],
             "se_seeds": math.sqrt(parts[0][0] + parts[1][0]), "se_text": math.sqrt(parts[2][0]), "df": float(df)}

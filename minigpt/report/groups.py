@@ -5,12 +5,11 @@ difference of their means with an interval that holds both training noise and te
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 
 from minigpt.evaluate.intervals import group_difference
-from minigpt.report.paired import SPLITS, characters, difference_line, resampling, verdict_of
+from minigpt.report.paired import SPLITS, characters, difference_line, resampling, unpairable, verdict_of
 from minigpt.report.run_files import RunFiles, flat_params
 
 # the params that only reseed a run (sampling's seed changes the samples, not the model)
@@ -64,26 +63,20 @@ def has_groups(groups: list[SeedGroup]) -> bool:
 def group_split(a: SeedGroup, b: SeedGroup, split: str) -> dict:
     """{"a", "b", "difference", "ci95", "se_seeds", "se_text", "df", "verdict"}: B's mean bpc minus A's on one
     split, or {"verdict": why the groups cannot be compared}."""
-    kept = []
+    scored = []  # per group, (run, its kept blocks of the split) for the runs that have them
     for group in (a, b):
-        blocks = [(run.eval_blocks or {}).get("splits", {}).get(split) for run in group.runs]
-        kept.append([k for k in blocks if k])
-        if len(kept[-1]) < 2:
-            return {"verdict": f"not comparable as groups: {group.label} has {len(kept[-1])} evaluated run(s) "
+        pairs = [(run, (run.eval_blocks or {}).get("splits", {}).get(split)) for run in group.runs]
+        scored.append([(run, kept) for run, kept in pairs if kept])
+        if len(scored[-1]) < 2:
+            return {"verdict": f"not comparable as groups: {group.label} has {len(scored[-1])} evaluated run(s) "
                                "with reports/eval_blocks.json; a group needs two seeds or more"}
-    every = kept[0] + kept[1]
-    if len({(run.eval_blocks or {}).get("tokenizer") for group in (a, b) for run in group.runs if run.eval_blocks}) > 1:
-        return {"verdict": "not paired: different tokenizers (blocks are cut in tokens); compare each run's own "
-                           "interval"}
-    if len({k.get("sha256") for k in every}) > 1:
-        return {"verdict": "not comparable: the runs scored different text (the split's SHA-256 differs)"}
-    if len({(tuple(k.get("tokens") or ()), tuple(characters(k))) for k in every}) > 1:
-        return {"verdict": "not comparable: the runs cut the split into different blocks (evaluate.blocks differs)"}
-    chars = characters(every[0])
-    result = group_difference([k["nll"] for k in kept[0]], [k["nll"] for k in kept[1]], chars,
-                              *resampling(a.runs[0]))
-    means = [statistics.fmean(sum(k["nll"]) / sum(chars) / math.log(2) for k in group) for group in kept]
-    return {"a": means[0], "b": means[1], **result, "verdict": verdict_of(result["ci95"])}
+    every = scored[0] + scored[1]
+    why = unpairable([run for run, _ in every], [kept for _, kept in every])
+    if why:
+        return {"verdict": why}
+    result = group_difference([k["nll"] for _, k in scored[0]], [k["nll"] for _, k in scored[1]],
+                              characters(every[0][1]), *resampling(a.runs[0]))
+    return {**result, "verdict": verdict_of(result["ci95"])}
 
 
 def mean_sd_text(summary: dict) -> str:

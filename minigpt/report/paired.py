@@ -26,23 +26,41 @@ def resampling(run: RunFiles) -> tuple[int, int]:
     return kept.get("resamples", DEFAULT_RESAMPLES), kept.get("seed", DEFAULT_SEED)
 
 
+DIFFERENT_TOKENIZERS = ("not paired: different tokenizers (blocks are cut in tokens); compare each run's own "
+                        "interval")
+
+
+def block_bpc(kept: dict) -> float:
+    """The bpc of one run's split from its kept blocks."""
+    return sum(kept["nll"]) / sum(characters(kept)) / math.log(2)
+
+
+def unpairable(runs: list[RunFiles], kept: list[dict]) -> str | None:
+    """Why the runs' kept blocks of one split cannot be resampled together (another tokenizer, other text, other
+    blocks), or None when they can."""
+    if len({(run.eval_blocks or {}).get("tokenizer") for run in runs}) > 1:
+        return DIFFERENT_TOKENIZERS
+    if len({k.get("sha256") for k in kept}) > 1:
+        return "not comparable: the runs scored different text (the split's SHA-256 differs)"
+    if len({(tuple(k.get("tokens") or ()), tuple(characters(k))) for k in kept}) > 1:
+        return "not comparable: the runs cut the split into different blocks (evaluate.blocks differs)"
+    return None
+
+
 def paired_split(a: RunFiles, b: RunFiles, split: str) -> dict:
     """{"a", "b", "difference", "ci95", "verdict"} for one split, or {"verdict": why it cannot be compared}."""
     blocks = [(run.eval_blocks or {}).get("splits", {}).get(split) for run in (a, b)]
     missing = [run.name for run, kept in zip((a, b), blocks) if not kept]
     if missing:
         return {"verdict": f"not comparable: no reports/eval_blocks.json for {', '.join(missing)} (evaluate again)"}
+    bpc = [block_bpc(kept) for kept in blocks]
+    why = unpairable([a, b], blocks)
+    if why == DIFFERENT_TOKENIZERS:  # each run's own figure still means the same: bits per character
+        return {"a": bpc[0], "b": bpc[1], "verdict": why}
+    if why:
+        return {"verdict": why}
     first, second = blocks
-    if (a.eval_blocks or {}).get("tokenizer") != (b.eval_blocks or {}).get("tokenizer"):
-        own = [sum(kept["nll"]) / sum(characters(kept)) / math.log(2) for kept in blocks]
-        return {"a": own[0], "b": own[1], "verdict": "not paired: different tokenizers (blocks are cut in tokens); "
-                                                      "compare each run's own interval"}
-    if first.get("sha256") != second.get("sha256"):
-        return {"verdict": "not comparable: the runs scored different text (the split's SHA-256 differs)"}
-    if first.get("tokens") != second.get("tokens") or characters(first) != characters(second):
-        return {"verdict": "not comparable: the runs cut the split into different blocks (evaluate.blocks differs)"}
     paired = paired_difference(first["nll"], second["nll"], characters(first), *resampling(a))
-    bpc = [sum(kept["nll"]) / sum(characters(kept)) / math.log(2) for kept in blocks]
     return {"a": bpc[0], "b": bpc[1], **paired, "verdict": verdict_of(paired["ci95"])}
 
 
