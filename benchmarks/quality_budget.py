@@ -3,7 +3,7 @@
     python benchmarks/quality_budget.py --corpus ../shared/wt2-mini                 # references + 72 s preset
     python benchmarks/quality_budget.py --corpus ../shared/wt2-mini --long          # + the 15-minute preset
     python benchmarks/quality_budget.py --corpus DIR --run name 'model.num_layers=6' 'train.lr=2e-3' ...
-    python benchmarks/quality_budget.py --corpus DIR --tokenizers                   # char vs BPE, 72 s preset
+    python benchmarks/quality_budget.py --corpus DIR --tokenizers [--long]          # char vs BPE, 72 s [+ 15 min]
     python benchmarks/quality_budget.py --smoke        # seconds, on the tests' synthetic fixture (CI runs this)
 
 Each run: the data stages once (cached in the work folder), then per run preflight (the real gate, timed),
@@ -39,6 +39,7 @@ from bench_common import (
 from minigpt.core.paths import ENCODED_DIR
 from minigpt.data.encode import load_ids
 from minigpt.evaluate.checkpoint_eval import evaluate_checkpoint
+from minigpt.evaluate.intervals import student_t_quantile
 from minigpt.model.batch_loss import evaluate_model
 from minigpt.model.checkpoint import load_checkpoint, model_from_checkpoint
 from minigpt.preflight.suite import run_preflight
@@ -68,11 +69,20 @@ RUNS = {
 LONG_RUNS = {"nanoGPT recipe, 15 min (reference)": [*REFERENCE, *CLOCKED, "train.max_seconds=900"],
              "budget-15m preset": ["experiment=budget-15m", *DYNAMIC],
              "small shape, 15 min (forced)": ["experiment=budget-15m", *ONLY_SMALL]}
-# char against byte-level BPE of a few vocabulary sizes, the 72 s preset (docs/benchmarks.md)
-TOKENIZER_RUNS = {"budget-72s, char": ["experiment=budget-72s"],
-                  **{f"budget-72s, BPE {v}": ["experiment=budget-72s", "tokenizer=bpe", f"tokenizer.vocab_size={v}"]
-                     for v in (384, 512, 1024)}}
-SMOKE_RUNS = {"budget-72s preset, 3 s": ["experiment=budget-72s", "train.max_seconds=3", *DYNAMIC],
+# char against byte-level BPE of a few vocabulary sizes (docs/benchmarks.md): the 72 s preset, with three seeds for
+# char and BPE 512 (single runs of one preset differ by a few hundredths); --long adds the 15-minute preset
+BPE = ["tokenizer=bpe"]
+SEEDS = (1, 2, 3)
+TOKENIZER_RUNS = {**{f"budget-72s, char, seed {s}": ["experiment=budget-72s", f"train.seed={s}"] for s in SEEDS},
+                  **{f"budget-72s, BPE 512, seed {s}": ["experiment=budget-72s", *BPE, f"train.seed={s}"]
+                     for s in SEEDS},
+                  **{f"budget-72s, BPE {v}": ["experiment=budget-72s", *BPE, f"tokenizer.vocab_size={v}"]
+                     for v in (384, 1024)}}
+LONG_TOKENIZER_RUNS = {"budget-15m, char": ["experiment=budget-15m"],
+                       **{f"budget-15m, BPE {v}": ["experiment=budget-15m", *BPE, f"tokenizer.vocab_size={v}"]
+                          for v in (512, 1024)}}
+SMOKE_RUNS = {**{f"budget-72s preset, 3 s, seed {s}": ["experiment=budget-72s", "train.max_seconds=3", *DYNAMIC,
+                                                      f"train.seed={s}"] for s in (1, 2)},
               "budget-72s, BPE 300, 3 s": ["experiment=budget-72s", "train.max_seconds=3", "tokenizer=bpe",
                                            "tokenizer.vocab_size=300"]}
 QUIET = ["train.sample_length=0"]
@@ -125,8 +135,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=Path, help="a folder with wiki.{train,valid,test}.raw")
     parser.add_argument("--smoke", action="store_true", help="one 3-second run on the synthetic fixture (not a result)")
-    parser.add_argument("--long", action="store_true", help="also run the 15-minute preset")
-    parser.add_argument("--tokenizers", action="store_true", help="char vs BPE (384, 512, 1024) at the 72 s preset")
+    parser.add_argument("--long", action="store_true", help="also run the 15-minute preset (with --tokenizers: "
+                        "char, BPE 512 and 1024)")
+    parser.add_argument("--tokenizers", action="store_true",
+                        help="char vs BPE at the 72 s preset (char and BPE 512 three seeds each, BPE 384 and 1024)")
     parser.add_argument("--run", nargs="+", action="append", metavar=("NAME", "OVERRIDE"),
                         help="an extra run: a name, then Hydra overrides (repeatable); replaces the default runs")
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / ".work", help="scratch project folder")
@@ -141,18 +153,67 @@ def main() -> None:
     elif args.corpus is None:
         parser.error("--corpus is required (or --smoke)")
     else:
-        runs = ({r[0]: r[1:] for r in args.run} if args.run else TOKENIZER_RUNS if args.tokenizers
-                else {**RUNS, **(LONG_RUNS if args.long else {})})
+        presets = (TOKENIZER_RUNS, LONG_TOKENIZER_RUNS) if args.tokenizers else (RUNS, LONG_RUNS)
+        runs = {r[0]: r[1:] for r in args.run} if args.run else {**presets[0], **(presets[1] if args.long else {})}
     prepare_project(args.work, args.corpus)
     results = []
     for name, overrides in runs.items():
         print(f"== {name}: {' '.join(overrides)}", flush=True)
         results.append(one_run(name, overrides, args.work, args.corpus))
         print_table(results)
+    groups = seed_groups(results)
+    print_groups(groups)
     out = {"machine": machine_label(),
-           "corpus": str(args.corpus), "runs": results}
+           "corpus": str(args.corpus), "runs": results, "seed_groups": groups}
     args.out.write_text(json.dumps(out, indent=2))
     print(f"\nwrote {args.out}")
+
+
+def seed_groups(results: list[dict]) -> list[dict]:
+    """Runs named "..., seed N" grouped by the rest of their name: per group the seeds' val and test bpc, mean and
+    standard deviation, and B - A of the means against the first group with a 95% interval from the seeds' spread
+    alone (Welch's t). The text's own noise is left out: it largely cancels between models scored on the same
+    text, and char and BPE blocks are cut in different tokens, so they cannot be resampled paired."""
+    by_name: dict[str, list[dict]] = {}
+    for r in results:
+        name, _, seed = r["name"].rpartition(", seed ")
+        if name and seed.isdigit() and "val_bpc" in r:
+            by_name.setdefault(name, []).append(r)
+    groups = []
+    for name, runs in by_name.items():
+        group = {"name": name, "seeds": [r["overrides"][-1] for r in runs]}
+        for split in ("val", "test"):
+            values = np.array([r[f"{split}_bpc"] for r in runs])
+            group[split] = {"bpc": values.tolist(), "mean": float(values.mean()),
+                            "sd": float(values.std(ddof=1)) if len(values) > 1 else None}
+        groups.append(group)
+    for group in groups[1:]:
+        group["minus_first"] = {split: welch(groups[0][split]["bpc"], group[split]["bpc"]) for split in ("val", "test")}
+    return groups
+
+
+def welch(a: list[float], b: list[float]) -> dict | None:
+    """mean(b) - mean(a) with its 95% Welch interval (None below two values a side)."""
+    if min(len(a), len(b)) < 2:
+        return None
+    va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
+    difference = float(np.mean(b) - np.mean(a))
+    if va + vb == 0:
+        return {"difference": difference, "ci95": [difference, difference]}
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    half = student_t_quantile(0.975, df) * math.sqrt(va + vb)
+    return {"difference": difference, "ci95": [difference - half, difference + half], "df": float(df)}
+
+
+def print_groups(groups: list[dict]) -> None:
+    for group in groups:
+        cells = "  ".join(f"{split} {group[split]['mean']:.3f} ± {group[split]['sd'] or 0:.3f}"
+                          for split in ("val", "test"))
+        print(f"{group['name']} ({len(group['val']['bpc'])} seeds): {cells}")
+        for split, row in (group.get("minus_first") or {}).items():
+            if row:
+                print(f"   {split} minus {groups[0]['name']}: {row['difference']:+.3f} "
+                      f"[{row['ci95'][0]:+.3f}, {row['ci95'][1]:+.3f}] (seeds' spread, Welch)")
 
 
 def _or_dash(value) -> str:
