@@ -69,7 +69,7 @@ def test_bits_per_character_are_the_same_per_token_or_per_character_for_a_char_r
     """A character tokenizer holds one character per token: the per-character formula gives its figures bit for
     bit; a BPE run divides the same summed NLL by the characters its targets hold."""
     from minigpt.data.tokenizer import CharTokenizer
-    from minigpt.evaluate.intervals import block_chars, block_sums, bpc_interval
+    from minigpt.evaluate.intervals import block_sums, bpc_interval, character_blocks
     from minigpt.evaluate.scoring import summarise, target_chars
 
     text = fixture_texts["wiki.valid.raw"]
@@ -80,8 +80,8 @@ def test_bits_per_character_are_the_same_per_token_or_per_character_for_a_char_r
     assert per_char == {**summarise(nll), "characters": len(ids) - 1}
     assert per_char["bpc"] == float(nll.sum()) / len(nll) / np.log(2)
     sums, counts = block_sums(nll, 200)
-    assert bpc_interval(sums, block_chars(target_chars(ids, char.char_counts()), counts), 500, 0) == bpc_interval(
-        sums, counts, 500, 0)
+    cut = character_blocks(nll, target_chars(ids, char.char_counts()), 1, 200)
+    assert bpc_interval(cut["nll"], cut["chars"], 500, 0) == bpc_interval(sums, counts, 500, 0)
 
     bpe = BPETokenizer.train(fixture_texts["wiki.train.raw"], 300)
     ids = bpe.encode(text)
@@ -92,8 +92,9 @@ def test_bits_per_character_are_the_same_per_token_or_per_character_for_a_char_r
     scored = summarise(nll, chars)
     assert scored["bpc"] == pytest.approx(nll.sum() / chars.sum() / np.log(2))
     assert scored["bpc"] < scored["loss"] / np.log(2), "a BPE token holds more than one character"
-    _, counts = block_sums(nll, 200)
-    assert int(block_chars(chars, counts).sum()) == int(chars.sum())
+    cut = character_blocks(nll, chars, first_token_chars, 200)
+    assert int(cut["chars"].sum()) == int(chars.sum()) and int(cut["tokens"].sum()) == len(nll)
+    assert cut["nll"].sum() == pytest.approx(nll.sum(), rel=1e-12)
 
 
 BPE_RUN = ["tokenizer=bpe", "tokenizer.vocab_size=300", "train.max_steps=40", "train.warmup_steps=5",

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from minigpt.evaluate.intervals import block_sums, bpc_interval, paired_difference
+from minigpt.evaluate.intervals import block_sums, bpc_interval, character_blocks, paired_difference
 
 RESAMPLES, SEED = 2000, 0
 
@@ -23,6 +23,59 @@ def test_blocks_are_contiguous_near_equal_and_keep_every_target_once():
     assert sums.sum() == pytest.approx(nll.sum(), rel=1e-12)
     assert sums[0] == pytest.approx(nll[:counts[0]].sum())  # the first block is the first targets
     assert len(block_sums(nll[:50], 200)[0]) == 50, "never more blocks than targets"
+
+
+@pytest.mark.parametrize("n, blocks", [(10_007, 200), (999, 200), (50, 200), (1, 200), (12_345, 7)])
+def test_a_character_tokenizer_is_cut_exactly_as_before_the_character_cut(n, blocks):
+    """One character per target: the character cut is the old cut of the targets into near-equal runs (edges
+    rounded from linspace over the targets), so character runs keep their blocks, intervals and pairings."""
+    nll = nll_of(n)
+    edges = np.linspace(0, n, min(blocks, n) + 1).round().astype(np.int64)
+    cut = character_blocks(nll, np.ones(n, dtype=np.int64), 1, blocks)
+    assert cut["tokens"].tolist() == np.diff(edges).tolist() == cut["chars"].tolist()
+    np.testing.assert_allclose(cut["nll"], np.add.reduceat(nll, edges[:-1]), rtol=1e-12)
+
+
+def tokens_of(n_chars: int, seed: int = 5) -> np.ndarray:
+    """The characters each token of a BPE-like tokenization holds (1 to 6), covering exactly n_chars."""
+    lengths = np.random.default_rng(seed).integers(1, 7, size=n_chars)
+    lengths = lengths[: int(np.searchsorted(np.cumsum(lengths), n_chars)) + 1]
+    lengths[-1] -= int(lengths.sum()) - n_chars
+    return lengths[lengths > 0]
+
+
+def test_two_tokenizers_of_one_text_get_the_same_character_blocks():
+    n_chars, blocks = 30_001, 200
+    char_cut = character_blocks(nll_of(n_chars - 1), np.ones(n_chars - 1, dtype=np.int64), 1, blocks)
+    lengths = tokens_of(n_chars)
+    bpe_cut = character_blocks(nll_of(len(lengths) - 1), lengths[1:], int(lengths[0]), blocks)
+    assert len(bpe_cut["nll"]) == blocks and bpe_cut["tokens"].sum() == len(lengths) - 1
+    assert bpe_cut["chars"].sum() == n_chars - lengths[0], "every character but the first token's, once"
+    # a token straddling an edge moves its few characters with it: the blocks hold the same text within a token
+    assert np.abs(bpe_cut["chars"] - char_cut["chars"]).max() < 2 * lengths.max()
+
+
+def test_a_model_of_another_tokenizer_is_compared_paired_on_the_same_characters():
+    """A BPE-like run whose token's NLL is its characters' NLL under the char run plus a known cost per character:
+    the paired difference finds that cost, inside an interval much narrower than either run's own."""
+    n_chars, blocks, cost = 60_001, 200, 0.03
+    per_char = nll_of(n_chars, seed=2)  # the char run's NLL of characters 0..N-1 (character 0 is never scored)
+    char_cut = character_blocks(per_char[1:], np.ones(n_chars - 1, dtype=np.int64), 1, blocks)
+    lengths = tokens_of(n_chars)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    per_token = np.add.reduceat(per_char, starts) + cost * lengths
+    bpe_cut = character_blocks(per_token[1:], lengths[1:], int(lengths[0]), blocks)
+    result = paired_difference(char_cut["nll"], bpe_cut["nll"], char_cut["chars"], RESAMPLES, SEED,
+                               chars_b=bpe_cut["chars"])
+    expected = bpe_cut["nll"].sum() / bpe_cut["chars"].sum() / math.log(2) - per_char[1:].mean() / math.log(2)
+    assert result["difference"] == pytest.approx(expected, rel=1e-9)
+    assert abs(result["difference"] - cost / math.log(2)) < 0.01
+    low, high = result["ci95"]
+    own = bpc_interval(char_cut["nll"], char_cut["chars"], RESAMPLES, SEED)
+    assert low < cost / math.log(2) < high and (high - low) < 0.2 * (own[1] - own[0]), (result, own)
+    with pytest.raises(ValueError, match="same blocks"):
+        paired_difference(char_cut["nll"], bpe_cut["nll"][:-1], char_cut["chars"], RESAMPLES, SEED,
+                          chars_b=bpe_cut["chars"][:-1])
 
 
 def test_the_interval_holds_the_figure_and_is_reproducible():

@@ -239,10 +239,14 @@ def test_two_queue_workers_at_once_each_train_their_own_run_on_their_share_of_th
         assert any(max(1, cores // 2) in s["threads"] for s in summaries.values()), summaries
 
 
+VERDICTS = ("B is better", "B is worse", "no detectable difference")
+
+
 def test_a_bpe_run_through_dvc_next_to_a_char_run_on_the_comparison_page(tmp_path, fixture_dir):
     """`-S tokenizer=bpe` as an experiment beside the char baseline: tokenizer, encode, preflight … report rerun, the
     baselines do not (they score characters), both runs have a val bpc in `dvc exp show`, and the comparison page
-    sets them side by side (block-by-block pairing refused: different tokenizers)."""
+    sets them side by side, paired over the same character blocks of the clean text (a B - A interval and a
+    verdict, not a refusal)."""
     base = ["experiment=debug", "data=local", f"data.path={fixture_dir}", "generate.max_new_tokens=40"]
     project = DvcProject(tmp_path / "proj", base)
     project.dvc("repro")
@@ -260,4 +264,8 @@ def test_a_bpe_run_through_dvc_next_to_a_char_run_on_the_comparison_page(tmp_pat
     assert len([b for b in bpcs if b is not None]) >= 2, shown
     compared = project.run(sys.executable, "-m", "minigpt.report", "compare", char_rev, "bpe", "--out", "compare.html")
     page = (project.root / "compare.html").read_text()
-    assert compared.returncode == 0 and "tokenizer.kind" in page and "different tokenizers" in page, page[-4000:]
+    assert compared.returncode == 0 and "tokenizer.kind" in page and "different tokenizers" not in page, page[-4000:]
+    assert any(verdict in page for verdict in VERDICTS), page[-4000:]
+    diffed = project.run(sys.executable, "-m", "minigpt.report", "diff", char_rev, "bpe").stdout
+    assert "tokenizer.kind" in diffed and sum(verdict in line for line in diffed.splitlines()
+                                              for verdict in VERDICTS) == 2, diffed

@@ -5,6 +5,7 @@ import json
 import math
 
 import numpy as np
+import pytest
 
 from minigpt.evaluate.intervals import block_sums
 from minigpt.report.__main__ import main
@@ -91,3 +92,19 @@ def test_runs_of_different_tokenizers_are_not_compared_block_by_block():
     assert "different tokenizers" in diff_text(a, b) and f"{unpaired['b']:.4f}" in diff_text(a, b)
     b.eval_blocks["tokenizer"] = "char-fingerprint"
     assert paired_split(a, b, "val")["verdict"] == "B is worse"
+
+
+def test_runs_of_different_tokenizers_are_paired_over_their_character_blocks():
+    a, b = run("a", BASE), run("b", BASE + 0.02 + NOISE)
+    a.eval_blocks["tokenizer"], b.eval_blocks["tokenizer"] = "char-fingerprint", "bpe-fingerprint"
+    for blocks in (a.eval_blocks, b.eval_blocks):
+        for kept in blocks["splits"].values():
+            kept.update(cut="characters", text_sha256="clean-val")
+    b_chars = b.eval_blocks["splits"]["val"]["chars"] = list(b.eval_blocks["splits"]["val"]["tokens"])
+    b_chars[0] -= 2  # B's first token held three characters: the edges of its blocks differ by a few characters
+    paired = paired_split(a, b, "val")
+    assert paired["verdict"] == "B is worse" and paired["ci95"][0] > 0, paired
+    assert paired["difference"] == pytest.approx(paired["b"] - paired["a"], abs=1e-12)
+    assert "[+" in diff_text(a, b)
+    b.eval_blocks["splits"]["val"]["text_sha256"] = "other-clean-val"
+    assert "different text" in paired_split(a, b, "val")["verdict"]

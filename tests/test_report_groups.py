@@ -158,3 +158,22 @@ def test_the_cli_takes_more_than_two_runs(tmp_path, capsys):
     assert main(["--repo", str(tmp_path), "diff", "workspace", "workspace", "workspace"]) == 0
     out = capsys.readouterr().out
     assert out.count("A = workspace, B = workspace") == 2 and "G1" not in out
+
+
+def test_groups_of_two_tokenizers_are_compared_over_their_character_blocks():
+    runs = sweep(0.1)
+    for run in runs:
+        bpe = run.params["train"]["lr"] == 3e-3
+        run.params["tokenizer"] = {"kind": "bpe" if bpe else "char"}
+        run.eval_blocks["tokenizer"] = "bpe-fingerprint" if bpe else "char-fingerprint"
+        kept = dict(run.eval_blocks["splits"]["val"], cut="characters", text_sha256="clean")
+        if bpe:  # BPE tokens straddle a few edges: its blocks hold a few characters more or less
+            kept["chars"] = [n + (1 if i % 2 else -1) for i, n in enumerate(kept["tokens"])]
+        run.eval_blocks["splits"] = {"val": kept, "test": kept}
+    groups = seed_groups(runs)
+    compared = group_split(groups[0], groups[1], "val")
+    assert compared["verdict"] == "B is better" and compared["ci95"][1] < 0, compared
+    for run in runs:
+        for kept in run.eval_blocks["splits"].values():
+            kept.pop("cut", None)
+    assert "different tokenizers" in group_split(groups[0], groups[1], "val")["verdict"]

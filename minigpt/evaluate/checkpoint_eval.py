@@ -20,7 +20,7 @@ from minigpt.core.paths import (
 from minigpt.data.encode import load_ids, split_hashes
 from minigpt.evaluate.dynamic import LABEL as DYNAMIC_LABEL
 from minigpt.evaluate.dynamic import dynamic_score
-from minigpt.evaluate.intervals import block_chars, block_sums, bpc_interval
+from minigpt.evaluate.intervals import bpc_interval, character_blocks
 from minigpt.evaluate.scoring import summarise, target_chars, target_nll
 from minigpt.model.checkpoint import load_trained_model
 from minigpt.model.devices import select_device
@@ -112,12 +112,14 @@ def evaluate_with_blocks(params, root, checkpoint_path=None) -> tuple[dict, dict
     scored = {}
     for split, ids in (("val", val_ids), ("test", test_ids)):
         nll, chars = nll_of(ids), target_chars(ids, char_counts)
-        sums, counts = block_sums(nll, settings.blocks)
-        characters = block_chars(chars, counts)
+        cut = character_blocks(nll, chars, int(char_counts[ids[0]]), settings.blocks)
         scored[split] = {**summarise(nll, chars), "bpc_ci95": bpc_interval(
-            sums, characters, settings.bootstrap_resamples, settings.bootstrap_seed)}
-        blocks["splits"][split] = {"sha256": hashes[split], "tokens": counts.tolist(), "chars": characters.tolist(),
-                                   "nll": sums.tolist()}
+            cut["nll"], cut["chars"], settings.bootstrap_resamples, settings.bootstrap_seed)}
+        # "text_sha256" (the clean split the baselines verified) and the character cut let runs of two tokenizers
+        # be paired block by block
+        blocks["splits"][split] = {"sha256": hashes[split], "text_sha256": ladder["data"].get(split),
+                                   "cut": "characters", "tokens": cut["tokens"].tolist(),
+                                   "chars": cut["chars"].tolist(), "nll": cut["nll"].tolist()}
     val, test = scored["val"], scored["test"]
     # the same number of tokens from the start of train, to measure the generalisation gap
     train_slice = score(load_ids(root / ENCODED_DIR, "train")[: len(val_ids)])

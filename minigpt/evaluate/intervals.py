@@ -1,13 +1,13 @@
 """How sure a bits-per-character figure is: a bootstrap over contiguous blocks of the scored targets.
 
-A split's targets are cut into contiguous blocks (their summed NLL, token and character counts are what evaluate
-keeps). The bpc of a resample is sum(NLL) / sum(characters) / ln 2 over blocks drawn with replacement (a character
-tokenizer's blocks hold one character per token); the 95% interval is the 2.5th and 97.5th percentile over the
-resamples. Blocks rather than single characters, because neighbouring
-characters' losses are correlated (a hard word is hard for several characters): resampling blocks keeps that
-correlation inside each block, so the interval is not too narrow. Two runs scored on the same targets are compared
-**paired**: the same blocks are drawn for both, so what the text makes hard cancels out and only the difference
-between the models is resampled. The resampling seed is fixed, so the same inputs give the same interval.
+A split's targets are cut into contiguous blocks by character position (their summed NLL, token and character
+counts are what evaluate keeps), so runs of any two tokenizers on the same text have the same blocks. The bpc of
+a resample is sum(NLL) / sum(characters) / ln 2 over blocks drawn with replacement; the 95% interval is the 2.5th
+and 97.5th percentile over the resamples. Blocks rather than single characters, because neighbouring characters'
+losses are correlated (a hard word is hard for several characters): resampling blocks keeps that correlation
+inside each block, so the interval is not too narrow. Two runs scored on the same text are compared **paired**:
+the same blocks are drawn for both, so what the text makes hard cancels out and only the difference between the
+models is resampled. The resampling seed is fixed, so the same inputs give the same interval.
 Groups of runs that differ only in their seeds add the noise of training itself: `group_difference`.
 """
 
@@ -22,17 +22,30 @@ LEVEL = 0.95
 
 
 def block_sums(nll: np.ndarray, blocks: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-target NLL (in target order) cut into `blocks` contiguous blocks of near-equal size: (NLL sums, counts)."""
-    count = max(1, min(blocks, len(nll)))
-    edges = np.linspace(0, len(nll), count + 1).round().astype(np.int64)
-    sums = np.add.reduceat(nll, edges[:-1]) if len(nll) else np.zeros(1)
-    return sums.astype(np.float64), np.diff(edges)
+    """One character per target (a character tokenizer's split): `character_blocks`' (NLL sums, target counts),
+    contiguous blocks of near-equal size."""
+    cut = character_blocks(nll, np.ones(len(nll), dtype=np.int64), 1, blocks)
+    return cut["nll"], cut["tokens"]
 
 
-def block_chars(chars: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The characters of each block of `block_sums` (`counts` targets each), from the characters per target."""
-    edges = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    return np.add.reduceat(np.asarray(chars, dtype=np.int64), edges) if len(chars) else np.zeros(1, np.int64)
+def character_blocks(nll: np.ndarray, chars: np.ndarray, first_chars: int, blocks: int) -> dict:
+    """Per-target NLL cut into `blocks` contiguous blocks by **character** position, so that runs of different
+    tokenizers scored on the same text have the same blocks: {"nll", "tokens", "chars"} per block.
+
+    The split's characters after the first (positions 1 .. N-1; `first_chars` is what the unscored first token
+    holds, `chars` what each target holds) are cut into near-equal spans, and a target goes to the span that holds
+    its last character. With one character per target this is exactly `block_sums`' cut (tested), so a character
+    run's blocks are the same either way; a BPE token that straddles an edge moves its few characters with it, and
+    every comparison divides each run's NLL by its own characters."""
+    chars = np.asarray(chars, dtype=np.int64)
+    count = max(1, min(blocks, len(chars)))
+    total = first_chars + int(chars.sum())  # N, the split's characters
+    edges = 1 + np.linspace(0, total - 1, count + 1).round().astype(np.int64)
+    last_char = first_chars + np.cumsum(chars) - 1  # each target's last character's position in the split
+    block = np.clip(np.searchsorted(edges, last_char, side="right") - 1, 0, count - 1)
+    return {"nll": np.bincount(block, weights=np.asarray(nll, dtype=np.float64), minlength=count),
+            "tokens": np.bincount(block, minlength=count), "chars": np.bincount(block, weights=chars,
+                                                                                   minlength=count).astype(np.int64)}
 
 
 def _resample_indices(blocks: int, resamples: int, seed: int) -> np.ndarray:
@@ -48,16 +61,31 @@ def bpc_interval(nll_sums, chars, resamples: int, seed: int) -> list[float]:
     return [float(low), float(high)]
 
 
-def paired_difference(nll_sums_a, nll_sums_b, chars, resamples: int, seed: int) -> dict:
-    """B - A in bpc on the same targets, with its paired 95% interval (the same blocks drawn for both runs)."""
+def _ratio_difference(a, b, chars_a, chars_b, picks) -> tuple[float, np.ndarray]:
+    """B's NLL per character minus A's (nats), over all blocks and over each resample of `picks`."""
+    if chars_a is chars_b:  # one denominator: the difference of the sums
+        return ((b.sum() - a.sum()) / chars_a.sum(),
+                (b[picks].sum(axis=1) - a[picks].sum(axis=1)) / chars_a[picks].sum(axis=1))
+    return (b.sum() / chars_b.sum() - a.sum() / chars_a.sum(),
+            b[picks].sum(axis=1) / chars_b[picks].sum(axis=1) - a[picks].sum(axis=1) / chars_a[picks].sum(axis=1))
+
+
+def _characters(chars_a, chars_b) -> tuple[np.ndarray, np.ndarray]:
+    chars_a = np.asarray(chars_a, dtype=np.float64)
+    return chars_a, chars_a if chars_b is None else np.asarray(chars_b, dtype=np.float64)
+
+
+def paired_difference(nll_sums_a, nll_sums_b, chars, resamples: int, seed: int, chars_b=None) -> dict:
+    """B - A in bpc on the same blocks of the same text, with its paired 95% interval (the same blocks drawn for
+    both runs). `chars_b`: B's characters per block where its tokens cut the blocks' edges a little differently
+    (another tokenizer, `character_blocks`); each run's NLL is divided by its own characters."""
     a, b = np.asarray(nll_sums_a, dtype=np.float64), np.asarray(nll_sums_b, dtype=np.float64)
-    chars = np.asarray(chars, dtype=np.float64)
-    if not (a.shape == b.shape == chars.shape):
+    chars_a, chars_b = _characters(chars, chars_b)
+    if not (a.shape == b.shape == chars_a.shape == chars_b.shape):
         raise ValueError("paired blocks must be the same blocks of the same targets in both runs")
-    picks = _resample_indices(len(chars), resamples, seed)
-    diffs = (b[picks].sum(axis=1) - a[picks].sum(axis=1)) / chars[picks].sum(axis=1) / math.log(2)
-    low, high = np.quantile(diffs, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
-    return {"difference": float((b.sum() - a.sum()) / chars.sum() / math.log(2)), "ci95": [float(low), float(high)]}
+    whole, diffs = _ratio_difference(a, b, chars_a, chars_b, _resample_indices(len(chars_a), resamples, seed))
+    low, high = np.quantile(diffs / math.log(2), [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    return {"difference": float(whole / math.log(2)), "ci95": [float(low), float(high)]}
 
 
 def student_t_quantile(p: float, df: float) -> float:
@@ -83,26 +111,27 @@ def student_t_quantile(p: float, df: float) -> float:
     return (low + high) / 2
 
 
-def group_difference(sums_a, sums_b, chars, resamples: int, seed: int) -> dict:
+def group_difference(sums_a, sums_b, chars, resamples: int, seed: int, chars_b=None) -> dict:
     """B - A between the mean bpc ("a", "b") of two groups of runs that differ only in their seeds, all scored on
-    the same blocks (`sums_a`: one row of block NLL sums per run of A, at least two rows each).
+    the same blocks (`sums_a`: one row of block NLL sums per run of A, at least two rows each; `chars_b`: B's
+    characters per block where another tokenizer cuts them, as in `paired_difference`).
 
     Two sources of noise: training (another seed gives another model) and the text (which blocks are in the split).
     The first is the runs' spread, s^2 / n per group; the second the paired bootstrap of the groups' mean models
     over the same blocks. Their variances add; the 95% interval is Student's t with Welch-Satterthwaite degrees of
     freedom, so three seeds per group give a wide interval, as they should."""
     a, b = np.asarray(sums_a, dtype=np.float64), np.asarray(sums_b, dtype=np.float64)
-    chars = np.asarray(chars, dtype=np.float64)
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != len(chars) or b.shape[1] != len(chars):
+    chars_a, chars_b = _characters(chars, chars_b)
+    if a.ndim != 2 or b.ndim != 2 or len({a.shape[1], b.shape[1], len(chars_a), len(chars_b)}) > 1:
         raise ValueError("every run of both groups must be scored on the same blocks of the same targets")
     if min(len(a), len(b)) < 2:
         raise ValueError("a group needs at least two runs (seeds) to have a spread")
-    to_bpc = 1 / chars.sum() / math.log(2)
-    bpc_a, bpc_b = a.sum(axis=1) * to_bpc, b.sum(axis=1) * to_bpc
-    picks = _resample_indices(len(chars), resamples, seed)
-    text = (b.mean(axis=0)[picks].sum(axis=1) - a.mean(axis=0)[picks].sum(axis=1)) / chars[picks].sum(axis=1)
+    bpc_a = a.sum(axis=1) / chars_a.sum() / math.log(2)
+    bpc_b = b.sum(axis=1) / chars_b.sum() / math.log(2)
+    picks = _resample_indices(len(chars_a), resamples, seed)
+    _, text = _ratio_difference(a.mean(axis=0), b.mean(axis=0), chars_a, chars_b, picks)
     parts = [(bpc_a.var(ddof=1) / len(a), len(a) - 1), (bpc_b.var(ddof=1) / len(b), len(b) - 1),
-             (float((text / math.log(2)).var(ddof=1)), len(chars) - 1)]
+             (float((text / math.log(2)).var(ddof=1)), len(chars_a) - 1)]
     variance = sum(v for v, _ in parts)
     means = {"a": float(bpc_a.mean()), "b": float(bpc_b.mean())}
     difference = means["b"] - means["a"]

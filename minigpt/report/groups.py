@@ -9,7 +9,15 @@ import statistics
 from dataclasses import dataclass
 
 from minigpt.evaluate.intervals import group_difference
-from minigpt.report.paired import SPLITS, characters, difference_line, resampling, unpairable, verdict_of
+from minigpt.report.paired import (
+    SPLITS,
+    characters,
+    difference_line,
+    own_characters,
+    resampling,
+    unpairable,
+    verdict_of,
+)
 from minigpt.report.run_files import RunFiles, flat_params
 
 # the params that only reseed a run (sampling's seed changes the samples, not the model)
@@ -74,8 +82,9 @@ def group_split(a: SeedGroup, b: SeedGroup, split: str) -> dict:
     why = unpairable([run for run, _ in every], [kept for _, kept in every])
     if why:
         return {"verdict": why}
+    first_a, first_b = scored[0][0][1], scored[1][0][1]  # a group's runs share their tokenizer, so its blocks
     result = group_difference([k["nll"] for _, k in scored[0]], [k["nll"] for _, k in scored[1]],
-                              characters(every[0][1]), *resampling(a.runs[0]))
+                              characters(first_a), *resampling(a.runs[0]), chars_b=own_characters(first_a, first_b))
     return {**result, "verdict": verdict_of(result["ci95"])}
 
 

@@ -26,8 +26,8 @@ def resampling(run: RunFiles) -> tuple[int, int]:
     return kept.get("resamples", DEFAULT_RESAMPLES), kept.get("seed", DEFAULT_SEED)
 
 
-DIFFERENT_TOKENIZERS = ("not paired: different tokenizers (blocks are cut in tokens); compare each run's own "
-                        "interval")
+DIFFERENT_TOKENIZERS = ("not paired: different tokenizers, and an evaluation written before blocks were cut by "
+                        "characters (evaluate again to pair them); compare each run's own interval")
 
 
 def block_bpc(kept: dict) -> float:
@@ -35,11 +35,23 @@ def block_bpc(kept: dict) -> float:
     return sum(kept["nll"]) / sum(characters(kept)) / math.log(2)
 
 
-def unpairable(runs: list[RunFiles], kept: list[dict]) -> str | None:
-    """Why the runs' kept blocks of one split cannot be resampled together (another tokenizer, other text, other
-    blocks), or None when they can."""
-    if len({(run.eval_blocks or {}).get("tokenizer") for run in runs}) > 1:
+def _across_tokenizers(kept: list[dict]) -> str | None:
+    """Why blocks of runs of different tokenizers cannot be paired, or None: each cut by characters
+    (minigpt.evaluate.intervals.character_blocks) into as many blocks of the same clean text."""
+    if not all(k.get("cut") == "characters" and k.get("text_sha256") for k in kept):
         return DIFFERENT_TOKENIZERS
+    if len({k["text_sha256"] for k in kept}) > 1:
+        return "not comparable: the runs scored different text (the clean split's SHA-256 differs)"
+    if len({len(k["nll"]) for k in kept}) > 1:
+        return "not comparable: the runs cut the split into different blocks (evaluate.blocks differs)"
+    return None
+
+
+def unpairable(runs: list[RunFiles], kept: list[dict]) -> str | None:
+    """Why the runs' kept blocks of one split cannot be resampled together (other text, other blocks, another
+    tokenizer's blocks from before the character cut), or None when they can."""
+    if len({(run.eval_blocks or {}).get("tokenizer") for run in runs}) > 1:
+        return _across_tokenizers(kept)
     if len({k.get("sha256") for k in kept}) > 1:
         return "not comparable: the runs scored different text (the split's SHA-256 differs)"
     if len({(tuple(k.get("tokens") or ()), tuple(characters(k))) for k in kept}) > 1:
@@ -48,7 +60,8 @@ def unpairable(runs: list[RunFiles], kept: list[dict]) -> str | None:
 
 
 def paired_split(a: RunFiles, b: RunFiles, split: str) -> dict:
-    """{"a", "b", "difference", "ci95", "verdict"} for one split, or {"verdict": why it cannot be compared}."""
+    """{"a", "b", "difference", "ci95", "verdict"} for one split, or {"verdict": why it cannot be compared}.
+    Runs of two tokenizers are paired over their character blocks, each divided by its own characters."""
     blocks = [(run.eval_blocks or {}).get("splits", {}).get(split) for run in (a, b)]
     missing = [run.name for run, kept in zip((a, b), blocks) if not kept]
     if missing:
@@ -60,8 +73,14 @@ def paired_split(a: RunFiles, b: RunFiles, split: str) -> dict:
     if why:
         return {"verdict": why}
     first, second = blocks
-    paired = paired_difference(first["nll"], second["nll"], characters(first), *resampling(a))
+    paired = paired_difference(first["nll"], second["nll"], characters(first), *resampling(a),
+                               chars_b=own_characters(first, second))
     return {"a": bpc[0], "b": bpc[1], **paired, "verdict": verdict_of(paired["ci95"])}
+
+
+def own_characters(first: dict, other: dict) -> list[int] | None:
+    """`other`'s characters per block where they differ from `first`'s (another tokenizer), else None."""
+    return None if characters(other) == characters(first) else characters(other)
 
 
 def verdict_of(ci95: list[float]) -> str:
