@@ -1,11 +1,14 @@
 import math
 
 import pytest
+import torch
 
 from helpers.tiny_models import small_config
 from minigpt.model.gpt import MiniGPT
-from minigpt.train.optim import build_param_groups, make_adamw
-from minigpt.train.train_step import cosine_with_warmup
+from minigpt.train import muon as muon_module
+from minigpt.train.muon import Muon, newton_schulz
+from minigpt.train.optim import build_param_groups, make_adamw, make_optimizer
+from minigpt.train.train_step import cosine_with_warmup, training_step
 
 
 def test_decay_split_puts_every_parameter_in_exactly_one_group():
@@ -56,3 +59,55 @@ def test_time_budget_clock_drives_the_decay_when_it_is_further_along():
     assert lr(20, 0.5) == pytest.approx(1e-4 + 0.5 * 9e-4), "half the budget spent: half-way down the cosine"
     assert lr(20, 1.0) == pytest.approx(1e-4) and lr(20, 3.0) == pytest.approx(1e-4)
     assert lr(510, 0.1) == pytest.approx(lr(510, 0.0)), "the step count wins when it is further along"
+
+
+def muon_steps(optimizer_of, precision=None, steps=4):
+    """Four Muon steps on the same seeded matrices and gradients: the weights after them."""
+    torch.manual_seed(0)
+    weights = [torch.nn.Parameter(torch.randn(*shape)) for shape in ((48, 16), (16, 48), (32, 32))]
+    optimizer = optimizer_of(weights)
+    if precision is not None:
+        optimizer.precision = precision
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        for w in weights:
+            w.grad = torch.randn(w.shape, generator=gen)
+        optimizer.step()
+    return weights, optimizer
+
+
+def test_muon_in_bf16_is_torchs_muon_bit_for_bit_and_in_fp32_orthogonalises_in_fp32(monkeypatch):
+    kwargs = {"lr": 0.02, "weight_decay": 0.1, "adjust_lr_fn": "match_rms_adamw"}
+    theirs, their_optimizer = muon_steps(lambda w: torch.optim.Muon(w, **kwargs))
+    ours, our_optimizer = muon_steps(lambda w: Muon(w, **kwargs), "bf16")
+    assert all(torch.equal(a, b) for a, b in zip(theirs, ours)), "the bf16 path is torch's update exactly"
+    assert all(torch.equal(a, b) for a, b in zip(
+        [s["momentum_buffer"] for s in their_optimizer.state.values()],
+        [s["momentum_buffer"] for s in our_optimizer.state.values()])), "and the same state (checkpoints load)"
+
+    seen = []
+    real = muon_module.newton_schulz
+    monkeypatch.setattr(muon_module, "newton_schulz", lambda *a: seen.append(a[-1]) or real(*a))
+    fp32, _ = muon_steps(lambda w: Muon(w, **kwargs), "fp32")
+    assert set(seen) == {torch.float32}
+    assert all(not torch.equal(a, b) and torch.allclose(a, b, atol=0.02) for a, b in zip(fp32, ours))
+
+
+def test_newton_schulz_in_fp32_gives_singular_values_near_one_in_either_orientation():
+    g = torch.randn(64, 24, generator=torch.Generator().manual_seed(3))
+    for matrix in (g, g.T):
+        ortho = newton_schulz(matrix, (3.4445, -4.7750, 2.0315), 5, 1e-7, torch.float32)
+        assert ortho.dtype == torch.float32 and ortho.shape == matrix.shape
+        singular = torch.linalg.svdvals(ortho)
+        assert 0.5 < float(singular.min()) and float(singular.max()) < 1.5, singular
+
+
+def test_the_training_step_orthogonalises_in_its_own_precision():
+    model = MiniGPT(small_config(40))
+    optimizer = make_optimizer(model, "muon", 1e-3, 0.1)
+    inputs = torch.randint(0, 40, (2, 8))
+    for precision in ("fp32", "bf16"):
+        training_step(model, optimizer, inputs, inputs, 1e-3, precision, 1.0)
+        assert optimizer.muon.precision == precision
+    with pytest.raises(ValueError, match="match_rms_adamw"):
+        Muon([torch.nn.Parameter(torch.ones(2, 2))], lr=0.1)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from minigpt.train.muon import Muon
+
 
 def build_param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """AdamW groups: matrix-shaped weights (linear, embedding) decay; biases and LayerNorm parameters do not.
@@ -47,13 +49,14 @@ class MuonWithAdamW:
     zero_grad/step, param_groups is both optimizers' groups (AdamW's first), one state dict.
 
     Muon's update is orthogonalised (Newton-Schulz) and scaled by 0.2 * sqrt(max(rows, cols)) ("match_rms_adamw"),
-    so its updates have AdamW's RMS and both share the schedule's LR and train.weight_decay.
+    so its updates have AdamW's RMS and both share the schedule's LR and train.weight_decay. The orthogonalisation
+    runs in the training step's precision (orthogonalise_in; minigpt/train/muon.py says why).
     """
 
     def __init__(self, model: nn.Module, lr: float, weight_decay: float, betas=(0.9, 0.95)):
         matrices = muon_parameters(model)
         self.adamw = make_adamw(model, lr, weight_decay, betas, exclude=matrices)
-        self.muon = torch.optim.Muon(matrices, lr=lr, weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw")
+        self.muon = Muon(matrices, lr=lr, weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw")
         self.optimizers = (self.adamw, self.muon)
         self._pre_hooks = []
 
@@ -83,6 +86,12 @@ class MuonWithAdamW:
             raise ValueError("not a Muon + AdamW optimizer state (written with train.optimizer=adamw?)")
         self.adamw.load_state_dict(state["adamw"])
         self.muon.load_state_dict(state["muon"])
+
+
+def orthogonalise_in(optimizer, precision: str) -> None:
+    """Muon's next steps orthogonalise in the training step's precision (minigpt/train/muon.py); AdamW: nothing."""
+    if isinstance(optimizer, MuonWithAdamW):
+        optimizer.muon.precision = precision
 
 
 def is_muon_group(group: dict) -> bool:

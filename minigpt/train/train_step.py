@@ -82,6 +82,7 @@ def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: to
     loss_value = float(loss.detach())
     finite = math.isfinite(loss_value) and math.isfinite(grad_norm)
     if finite:
+        optim.orthogonalise_in(optimizer, precision)
         optimizer.step()
     return StepResult(loss_value, grad_norm, optimizer.param_groups[0]["lr"], finite)
 
