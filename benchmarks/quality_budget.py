@@ -36,6 +36,7 @@ from bench_common import (
     refresh_tokens,
     synthetic_corpus,
 )
+from minigpt.core.errors import MinigptError
 from minigpt.core.paths import ENCODED_DIR
 from minigpt.data.encode import load_ids
 from minigpt.evaluate.checkpoint_eval import evaluate_checkpoint
@@ -114,7 +115,11 @@ def one_run(name: str, overrides: list[str], work: Path, corpus: Path) -> dict:
         return {"name": name, "overrides": overrides, "preflight_failed": report["failed"]}
     summary = train(params, work, out=lambda msg: print(f"  {msg}", flush=True))
     params = run_params(params, report)  # the shape and precision the run trained
-    metrics = evaluate_checkpoint(params, work)
+    try:
+        metrics = evaluate_checkpoint(params, work)
+    except MinigptError as refused:  # evaluate's own bar (the unigram baseline): a result, and the next run goes on
+        print(f"  evaluate refused the model: {refused}", flush=True)
+        return {"name": name, "overrides": overrides, "steps": summary["steps"], "evaluate_refused": str(refused)}
     shape = report.get("shape")
     return {"name": name, "overrides": overrides, "parameters": summary["parameters"], "steps": summary["steps"],
             "model": summary["model"], "precision": summary["precision"],
@@ -226,6 +231,9 @@ def print_table(results: list[dict]) -> None:
     for r in results:
         if "preflight_failed" in r:
             print(f"{r['name']:<34} preflight failed: {', '.join(r['preflight_failed'])}")
+            continue
+        if "evaluate_refused" in r:
+            print(f"{r['name']:<34} {r['steps']} steps, evaluate refused it (not better than the unigram)")
             continue
         print(f"{r['name']:<34} {r['parameters']:>9,} {r['steps']:>6} {r['train_seconds']:>8.1f} "
               f"{r['tokens_per_sec_median']:>7,.0f} {r['val_bpc']:>8.3f} {_or_dash(r['val_bpc_20_random_batches']):>8} "
