@@ -68,8 +68,9 @@ def test_the_file_round_trips_and_a_hand_edit_or_another_format_is_refused(bpe, 
 def test_bits_per_character_are_the_same_per_token_or_per_character_for_a_char_run(fixture_texts):
     """A character tokenizer holds one character per token: the per-character formula gives its figures bit for
     bit; a BPE run divides the same summed NLL by the characters its targets hold."""
+    from helpers.blocks import block_sums
     from minigpt.data.tokenizer import CharTokenizer
-    from minigpt.evaluate.intervals import block_sums, bpc_interval, character_blocks
+    from minigpt.evaluate.intervals import bpc_interval, character_blocks
     from minigpt.evaluate.scoring import summarise, target_chars
 
     text = fixture_texts["wiki.valid.raw"]

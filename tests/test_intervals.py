@@ -6,7 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from minigpt.evaluate.intervals import block_sums, bpc_interval, character_blocks, paired_difference
+from helpers.blocks import block_sums
+from minigpt.evaluate.intervals import bpc_interval, character_blocks, paired_difference
 
 RESAMPLES, SEED = 2000, 0
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from minigpt.evaluate.intervals import block_sums
+from helpers.blocks import block_sums
 from minigpt.report.__main__ import main
 from minigpt.report.compare import compare_page
 from minigpt.report.diff import diff_text

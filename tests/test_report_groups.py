@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 
+from helpers.blocks import block_sums
 from helpers.browser import coloured_pixels, visit
-from minigpt.evaluate.intervals import block_sums, group_difference, paired_difference, student_t_quantile
+from minigpt.evaluate.intervals import group_difference, paired_difference, student_t_quantile
 from minigpt.report.__main__ import main
 from minigpt.report.compare import compare_page
 from minigpt.report.diff import diff_runs_text

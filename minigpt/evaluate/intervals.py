@@ -21,22 +21,15 @@ import numpy as np
 LEVEL = 0.95
 
 
-def block_sums(nll: np.ndarray, blocks: int) -> tuple[np.ndarray, np.ndarray]:
-    """One character per target (a character tokenizer's split): `character_blocks`' (NLL sums, target counts),
-    contiguous blocks of near-equal size."""
-    cut = character_blocks(nll, np.ones(len(nll), dtype=np.int64), 1, blocks)
-    return cut["nll"], cut["tokens"]
-
-
 def character_blocks(nll: np.ndarray, chars: np.ndarray, first_chars: int, blocks: int) -> dict:
     """Per-target NLL cut into `blocks` contiguous blocks by **character** position, so that runs of different
     tokenizers scored on the same text have the same blocks: {"nll", "tokens", "chars"} per block.
 
     The split's characters after the first (positions 1 .. N-1; `first_chars` is what the unscored first token
     holds, `chars` what each target holds) are cut into near-equal spans, and a target goes to the span that holds
-    its last character. With one character per target this is exactly `block_sums`' cut (tested), so a character
-    run's blocks are the same either way; a BPE token that straddles an edge moves its few characters with it, and
-    every comparison divides each run's NLL by its own characters."""
+    its last character. With one character per target this is the old cut into near-equal runs of targets
+    (tested), so a character run's blocks are the same either way; a BPE token that straddles an edge moves its few
+    characters with it, and every comparison divides each run's NLL by its own characters."""
     chars = np.asarray(chars, dtype=np.int64)
     count = max(1, min(blocks, len(chars)))
     total = first_chars + int(chars.sum())  # N, the split's characters
