@@ -25,6 +25,9 @@ from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 from minigpt.train import train_step
 
 VOCAB = 119  # wt2-mini's vocabulary
+# --smoke: the small budget shape made tiny (code paths in seconds, not timings)
+SMOKE_SHAPE = ["budget.shapes.small.model.embedding_dim=32", "budget.shapes.small.model.num_layers=1",
+               "budget.shapes.small.model.block_size=16"]
 
 
 def shape_params(shape: str, overrides: list[str], scratch: Path):
@@ -59,8 +62,7 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="minigpt-compile-"))
     overrides = [f"train.precision={args.precision}"]
     if args.smoke:
-        overrides += ["budget.shapes.small.model.embedding_dim=32", "budget.shapes.small.model.num_layers=1",
-                      "budget.shapes.small.model.block_size=16"]
+        overrides += SMOKE_SHAPE
         args.steps, args.rounds = 2, 1
     params = shape_params(args.shape, overrides, scratch)
     block, batch = params.model.block_size, params.train.batch_size

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import torch
-from compile_step import VOCAB, shape_params
+from compile_step import SMOKE_SHAPE, VOCAB, shape_params
 
 from bench_common import machine_label
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig
@@ -72,8 +72,7 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="minigpt-muon-"))
     overrides, shapes = [], ("small", "production")
     if args.smoke:
-        overrides = ["budget.shapes.small.model.embedding_dim=32", "budget.shapes.small.model.num_layers=1",
-                     "budget.shapes.small.model.block_size=16"]
+        overrides = SMOKE_SHAPE
         args.steps, args.rounds, shapes = 1, 1, ("small",)
     results = [measure(shape, overrides, args.steps, args.rounds, scratch) for shape in shapes]
     for result in results:

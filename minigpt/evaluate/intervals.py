@@ -125,13 +125,19 @@ def group_difference(sums_a, sums_b, chars, resamples: int, seed: int, chars_b=N
     _, text = _ratio_difference(a.mean(axis=0), b.mean(axis=0), chars_a, chars_b, picks)
     parts = [(bpc_a.var(ddof=1) / len(a), len(a) - 1), (bpc_b.var(ddof=1) / len(b), len(b) - 1),
              (float((text / math.log(2)).var(ddof=1)), len(chars_a) - 1)]
-    variance = sum(v for v, _ in parts)
     means = {"a": float(bpc_a.mean()), "b": float(bpc_b.mean())}
     difference = means["b"] - means["a"]
+    return {**means, "difference": difference, **welch_interval(difference, parts),
+            "se_seeds": math.sqrt(parts[0][0] + parts[1][0]), "se_text": math.sqrt(parts[2][0])}
+
+
+def welch_interval(difference: float, parts: list[tuple[float, int]]) -> dict:
+    """{"ci95", "df"} of a difference whose variance is the sum of independent parts (variance, degrees of
+    freedom): Student's t with Welch-Satterthwaite degrees of freedom (infinite, and a zero-width interval, when
+    every part is 0)."""
+    variance = sum(v for v, _ in parts)
     if variance == 0:
-        return {**means, "difference": difference, "ci95": [difference, difference], "se_seeds": 0.0,
-                "se_text": 0.0, "df": math.inf}
+        return {"ci95": [difference, difference], "df": math.inf}
     df = variance ** 2 / sum(v ** 2 / dof for v, dof in parts if v > 0)
     half = student_t_quantile((1 + LEVEL) / 2, df) * math.sqrt(variance)
-    return {**means, "difference": difference, "ci95": [difference - half, difference + half],
-            "se_seeds": math.sqrt(parts[0][0] + parts[1][0]), "se_text": math.sqrt(parts[2][0]), "df": float(df)}
+    return {"ci95": [difference - half, difference + half], "df": float(df)}

@@ -82,7 +82,8 @@ def group_split(a: SeedGroup, b: SeedGroup, split: str) -> dict:
     why = unpairable([run for run, _ in every], [kept for _, kept in every])
     if why:
         return {"verdict": why}
-    first_a, first_b = scored[0][0][1], scored[1][0][1]  # a group's runs share their tokenizer, so its blocks
+    # a group's runs share their tokenizer, so one run's characters per block stand for its group's
+    first_a, first_b = scored[0][0][1], scored[1][0][1]
     result = group_difference([k["nll"] for _, k in scored[0]], [k["nll"] for _, k in scored[1]],
                               characters(first_a), *resampling(a.runs[0]), chars_b=own_characters(first_a, first_b))
     return {**result, "verdict": verdict_of(result["ci95"])}
