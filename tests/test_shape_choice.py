@@ -126,6 +126,24 @@ def test_budget_presets_choose_among_the_calibrated_shapes(tmp_path, preset):
     assert {params.with_shape(name).train.optimizer for name in ("small", "production")} == {"muon"}
 
 
+def test_the_15_minute_small_shape_is_the_72_second_one_with_dropout(tmp_path):
+    """budget-15m sets only the small shape's dropout (its 15 minutes are ~7 passes over wt2-mini and overfit without
+    it); the nested override must keep every other key of the shape conf/config.yaml defines."""
+    from minigpt.core.compose import compose_params
+
+    shapes = {}
+    for preset in ("budget-72s", "budget-15m"):
+        compose_params(tmp_path / f"{preset}.yaml", REPO_ROOT / "conf", [f"experiment={preset}"])
+        params = load_params(tmp_path / f"{preset}.yaml")
+        shapes[preset] = (params.with_shape("small").model.model_dump(), params.with_shape("small").train.model_dump(),
+                          params.with_shape("production").model.model_dump())
+    short, long = shapes["budget-72s"], shapes["budget-15m"]
+    assert short[0]["dropout"] == 0.0 and long[0]["dropout"] == 0.1
+    assert {**long[0], "dropout": 0.0} == short[0]
+    assert long[1]["max_seconds"] == 900 and {**long[1], "max_seconds": 72} == short[1]
+    assert long[2] == short[2], "the production shape is the same in both presets"
+
+
 def test_describe_names_every_shape_and_the_choice():
     record = {"choice": "small", "budget_seconds": 72.0, "min_tokens_per_parameter": 2.0, "shapes": {
         "small": {"parameters": SMALL, "tokens_per_s": 32000.0, "precision": "bf16", "tokens_per_parameter": 2.769},
