@@ -131,17 +131,18 @@ def test_the_15_minute_small_shape_is_the_72_second_one_with_dropout(tmp_path):
     it); the nested override must keep every other key of the shape conf/config.yaml defines."""
     from minigpt.core.compose import compose_params
 
-    shapes = {}
-    for preset in ("budget-72s", "budget-15m"):
+    def shapes_of(preset: str) -> tuple:
         compose_params(tmp_path / f"{preset}.yaml", REPO_ROOT / "conf", [f"experiment={preset}"])
         params = load_params(tmp_path / f"{preset}.yaml")
-        shapes[preset] = (params.with_shape("small").model.model_dump(), params.with_shape("small").train.model_dump(),
-                          params.with_shape("production").model.model_dump())
-    short, long = shapes["budget-72s"], shapes["budget-15m"]
-    assert short[0]["dropout"] == 0.0 and long[0]["dropout"] == 0.1
-    assert {**long[0], "dropout": 0.0} == short[0]
-    assert long[1]["max_seconds"] == 900 and {**long[1], "max_seconds": 72} == short[1]
-    assert long[2] == short[2], "the production shape is the same in both presets"
+        small = params.with_shape("small")
+        return small.model.model_dump(), small.train.model_dump(), params.with_shape("production").model.model_dump()
+
+    (short_model, short_train, short_production) = shapes_of("budget-72s")
+    (long_model, long_train, long_production) = shapes_of("budget-15m")
+    assert short_model["dropout"] == 0.0 and long_model["dropout"] == 0.1
+    assert {**long_model, "dropout": 0.0} == short_model
+    assert long_train["max_seconds"] == 900 and {**long_train, "max_seconds": 72} == short_train
+    assert long_production == short_production, "the production shape is the same in both presets"
 
 
 def test_describe_names_every_shape_and_the_choice():
