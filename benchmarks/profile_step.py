@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from bench_common import flops_per_token, machine_kind, machine_label, model_preset
+from minigpt.model.dropout import Dropout
 from minigpt.model.gpt import MiniGPT
 from minigpt.train import train_step
 from minigpt.train.optim import build_param_groups
@@ -84,7 +85,7 @@ class Setup:
         if rand_masks:
             for name, module in list(self.model.named_modules()):
                 for child_name, child in list(module.named_children()):
-                    if isinstance(child, torch.nn.Dropout):
+                    if isinstance(child, (torch.nn.Dropout, Dropout)):
                         setattr(module, child_name, RandMaskDropout(child.p))
         if not attention_dropout:  # residual dropout kept; SDPA free to take its fused kernel
             for block in self.model.blocks:

@@ -164,12 +164,14 @@ def main() -> None:
         print(f"== {name}: {' '.join(overrides)}", flush=True)
         results.append(one_run(name, overrides, args.work, args.corpus))
         print_table(results)
-    groups = seed_groups(results)
-    print_groups(groups)
-    out = {"machine": machine_label(),
-           "corpus": str(args.corpus), "runs": results, "seed_groups": groups}
-    args.out.write_text(json.dumps(out, indent=2))
+        write_results(args.out, args.corpus, results)  # after every run: a long series keeps what it finished
+    print_groups(seed_groups(results))
     print(f"\nwrote {args.out}")
+
+
+def write_results(path: Path, corpus: Path, results: list[dict]) -> None:
+    out = {"machine": machine_label(), "corpus": str(corpus), "runs": results, "seed_groups": seed_groups(results)}
+    path.write_text(json.dumps(out, indent=2))
 
 
 def seed_groups(results: list[dict]) -> list[dict]:

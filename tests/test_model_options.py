@@ -35,7 +35,8 @@ def check(report, name):
 
 
 @pytest.mark.parametrize("options", [["model.position=rotary"], ["model.qk_norm=true"], ["model.mlp=relu2"],
-                                     ["model.mlp=swiglu"], ["train.optimizer=muon"], ALL_OPTIONS,
+                                     ["model.mlp=swiglu"], ["train.optimizer=muon"],
+                                     ["model.dropout=0.1", "model.attention_dropout=false"], ALL_OPTIONS,
                                      [*ALL_OPTIONS, "train.precision=bf16"]],
                          ids=lambda o: "+".join(x.split("=")[0].split(".")[1] + "=" + x.split("=")[1] for x in o))
 def test_each_option_passes_preflight_and_trains_through_the_gate(project, options):

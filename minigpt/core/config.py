@@ -103,6 +103,9 @@ class ModelConfig(Section):
     # gelu: fc -> GELU -> proj; relu2: fc -> ReLU squared -> proj; swiglu: SiLU(gate) * up -> proj, hidden width
     # 2/3 of expansion_factor * embedding_dim (rounded up to a multiple of 32): about the same parameters
     mlp: Literal["gelu", "relu2", "swiglu"] = "gelu"
+    # false: dropout on the embeddings and residual branches only, not on the attention weights (on a CPU,
+    # attention dropout keeps scaled_dot_product_attention off its fused kernel)
+    attention_dropout: bool = True
 
     @model_validator(mode="after")
     def _heads_divide_width(self):

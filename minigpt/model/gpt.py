@@ -3,7 +3,7 @@
 token + position embeddings -> num_layers x [LN -> causal self-attention -> +residual, LN -> MLP -> +residual]
 -> final LN -> vocabulary head. Causality is not configurable: attention always uses is_causal=True.
 
-The model section's options (config.ModelConfig: position, qk_norm, mlp) change parts of
+The model section's options (config.ModelConfig: position, qk_norm, mlp, attention_dropout) change parts of
 it; their defaults build the guide's model. hidden_matrices() names the matrices Muon trains (train.optimizer).
 """
 
@@ -18,6 +18,7 @@ from pydantic import Field
 
 from minigpt.core.config import ModelConfig
 from minigpt.model import rotary as rotary_positions
+from minigpt.model.dropout import Dropout
 from minigpt.model.sampling import SamplingSettings, next_token_logits
 
 INIT_STD = 0.02
@@ -62,11 +63,12 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, config: MiniGPTConfig):
         super().__init__()
         self.num_heads = config.num_heads
-        self.dropout = config.dropout
+        # attention_dropout false: the attention weights are not dropped (dropout stays on the residual branches)
+        self.dropout = config.dropout if config.attention_dropout else 0.0
         self.qk_norm = config.qk_norm
         self.qkv = nn.Linear(config.embedding_dim, 3 * config.embedding_dim)
         self.proj = nn.Linear(config.embedding_dim, config.embedding_dim)
-        self.resid_drop = nn.Dropout(config.dropout)
+        self.resid_drop = Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0,
                 rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
@@ -118,7 +120,7 @@ class MLP(nn.Module):
         self.fc = nn.Linear(config.embedding_dim, 2 * hidden if self.gated else hidden)
         self.act = {"gelu": nn.GELU, "relu2": ReLUSquared, "swiglu": nn.SiLU}[config.mlp]()
         self.proj = nn.Linear(hidden, config.embedding_dim)
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gated:
@@ -152,7 +154,7 @@ class MiniGPT(nn.Module):
             # not in the state dict: a function of the config, rebuilt with the model
             self.register_buffer("rotary_cos", cos, persistent=False)
             self.register_buffer("rotary_sin", sin, persistent=False)
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
         self.ln_f = nn.LayerNorm(config.embedding_dim)
         self.head = nn.Linear(config.embedding_dim, config.vocab_size, bias=False)

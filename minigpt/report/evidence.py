@@ -109,7 +109,16 @@ def _architecture(m: dict) -> Lines:
              "; ".join(f"{part} {counts.get(part, 0):,} (config: {n:,})" for part, n in expected.items())),
             ("activation", "not probed" if errors is None else
              f"largest error against {options.get('mlp')} {_num(max(errors) if errors else None)} over {len(errors)} "
-             "block(s)")]
+             "block(s)")] + _dropout_lines(m.get("dropout"))
+
+
+def _dropout_lines(layers: list[dict] | None) -> Lines:
+    if not layers:
+        return []
+    shares, means = [d["dropped_share"] for d in layers], [d["mean"] for d in layers]
+    return [("dropout", f"{len(layers)} layers: dropped {_num(min(shares))}–{_num(max(shares))} of a probe of ones, "
+                        f"mean kept {_num(min(means))}–{_num(max(means))}; identity in eval: "
+                        f"{sum(d['identity_in_eval'] for d in layers)} of {len(layers)}")]
 
 
 def _lr_schedule(m: dict) -> Lines:

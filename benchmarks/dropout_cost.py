@@ -1,0 +1,107 @@
+"""What dropout costs a CPU training step: the budget shapes' real step (dropout 0.1) with torch's dropout (one
+Mersenne Twister draw per element, what every run did before), with minigpt's (minigpt/model/dropout.py: 16-bit
+integers cut from 64-bit draws), with minigpt's and no dropout on the attention weights
+(model.attention_dropout=false, which lets scaled_dot_product_attention take its fused kernel), and with dropout 0
+(another model: the floor), measured side by side in interleaved rounds.
+
+    python benchmarks/dropout_cost.py --out benchmarks/results/dropout_cost_<machine>.json
+    python benchmarks/dropout_cost.py --precision bf16
+    python benchmarks/dropout_cost.py --smoke        # seconds (CI): tiny model, one round
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from compile_step import SMOKE_SHAPE, VOCAB, shape_params
+
+from bench_common import machine_label
+from minigpt.model.dropout import Dropout
+from minigpt.model.gpt import MiniGPT, MiniGPTConfig
+from minigpt.train import train_step
+
+DROPOUT = 0.1
+BEFORE = "torch's dropout (before)"
+# (name, model overrides, torch's dropout swapped in)
+MODES = [(BEFORE, {}, True),
+         ("minigpt's dropout (now)", {}, False),
+         ("minigpt's dropout, attention_dropout=false", {"attention_dropout": False}, False),
+         ("dropout 0 (another model: the floor)", {"dropout": 0.0}, False)]
+
+
+def with_torch_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, Dropout):
+                setattr(module, name, torch.nn.Dropout(child.p))
+    return model
+
+
+def make_runner(params, model_overrides: dict, torch_dropout: bool, precision: str):
+    torch.manual_seed(0)
+    config = MiniGPTConfig.from_params(params.model.model_copy(update=model_overrides), VOCAB)
+    model = MiniGPT(config)
+    if torch_dropout:
+        with_torch_dropout(model)
+    optimizer = train_step.make_optimizer(model, params.train)
+    cfg = params.train
+
+    def step(inputs, targets):
+        train_step.training_step(model, optimizer, inputs, targets, cfg.lr, precision, cfg.grad_clip)
+
+    return step
+
+
+def measure(shape: str, overrides: list[str], precision: str, steps: int, rounds: int, scratch: Path) -> dict:
+    params = shape_params(shape, [f"++budget.shapes.{shape}.model.dropout={DROPOUT}", *overrides], scratch)
+    block, batch = params.model.block_size, params.train.batch_size
+    gen = torch.Generator().manual_seed(0)
+    inputs = torch.randint(0, VOCAB, (batch, block), generator=gen)
+    targets = torch.randint(0, VOCAB, (batch, block), generator=gen)
+    runners = {name: make_runner(params, update, swap, precision) for name, update, swap in MODES}
+    for runner in runners.values():  # warm-up: optimizer state allocated, kernels chosen
+        runner(inputs, targets)
+    rates = {name: [] for name in runners}
+    for _ in range(rounds):
+        for name, runner in runners.items():
+            started = time.perf_counter()
+            for _ in range(steps):
+                runner(inputs, targets)
+            rates[name].append(steps * batch * block / (time.perf_counter() - started))
+    before = statistics.median(rates[BEFORE])
+    return {"shape": shape, "precision": precision, "dropout": DROPOUT, "model": params.model.model_dump(),
+            "optimizer": params.train.optimizer, "batch": [batch, block],
+            "tokens_per_s": {m: statistics.median(r) for m, r in rates.items()},
+            "ratio_to_before": {m: statistics.median(r) / before for m, r in rates.items()}, "rounds": rates}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="minigpt-dropout-"))
+    overrides, shapes = [], ("small", "production")
+    if args.smoke:
+        overrides = SMOKE_SHAPE
+        args.steps, args.rounds, shapes = 1, 1, ("small",)
+    results = [measure(shape, overrides, args.precision, args.steps, args.rounds, scratch) for shape in shapes]
+    for result in results:
+        for name, rate in result["tokens_per_s"].items():
+            print(f"{result['shape']:<11} {name:<46} {rate:>8,.0f} tokens/s ({result['ratio_to_before'][name]:.2f}x)")
+    if args.out:
+        args.out.write_text(json.dumps({"machine": machine_label(), "shapes": results}, indent=2))
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
