@@ -62,9 +62,14 @@ def test_the_seed_reproduces_the_mask_and_the_backward_uses_it():
     assert torch.allclose(x.grad, (first != 0).float() * scale), "the gradient passes where the mask kept"
 
 
-def test_bf16_inputs_stay_bf16():
-    out = Dropout(0.1)(torch.ones(1000, dtype=torch.bfloat16))
+def test_bf16_inputs_stay_bf16_and_are_scaled_in_fp32_then_rounded_once():
+    torch.manual_seed(0)
+    x = torch.randn(10_000).bfloat16()
+    out = Dropout(0.1)(x)
     assert out.dtype == torch.bfloat16
+    kept = out != 0
+    exact = (x.float() * (1 / (1 - drop_probability(0.1)))).bfloat16()
+    assert torch.equal(out[kept], exact[kept]), "not x times a bf16-rounded scale"
 
 
 @pytest.mark.parametrize("attention_dropout,expected", [(True, 0.1), (False, 0.0)])

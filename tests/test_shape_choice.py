@@ -127,8 +127,9 @@ def test_budget_presets_choose_among_the_calibrated_shapes(tmp_path, preset):
 
 
 def test_the_15_minute_small_shape_is_the_72_second_one_with_dropout(tmp_path):
-    """budget-15m sets only the small shape's dropout (its 15 minutes are ~7 passes over wt2-mini and overfit without
-    it); the nested override must keep every other key of the shape conf/config.yaml defines."""
+    """budget-15m sets only the small shape's dropout, off the attention weights (its 15 minutes are ~7 passes over
+    wt2-mini and overfit without it); the nested override must keep every other key of the shape conf/config.yaml
+    defines."""
     from minigpt.core.compose import compose_params
 
     def shapes_of(preset: str) -> tuple:
@@ -140,7 +141,8 @@ def test_the_15_minute_small_shape_is_the_72_second_one_with_dropout(tmp_path):
     (short_model, short_train, short_production) = shapes_of("budget-72s")
     (long_model, long_train, long_production) = shapes_of("budget-15m")
     assert short_model["dropout"] == 0.0 and long_model["dropout"] == 0.1
-    assert {**long_model, "dropout": 0.0} == short_model
+    assert short_model["attention_dropout"] and not long_model["attention_dropout"]
+    assert {**long_model, "dropout": 0.0, "attention_dropout": True} == short_model
     assert long_train["max_seconds"] == 900 and {**long_train, "max_seconds": 72} == short_train
     assert long_production == short_production, "the production shape is the same in both presets"
 
