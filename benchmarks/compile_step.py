@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,6 +34,53 @@ SMOKE_SHAPE = ["budget.shapes.small.model.embedding_dim=32", "budget.shapes.smal
 def shape_params(shape: str, overrides: list[str], scratch: Path):
     compose_params(scratch / "params.yaml", ROOT / "conf", ["experiment=budget-72s", *overrides])
     return load_params(scratch / "params.yaml").with_shape(shape)
+
+
+def random_batch(params) -> tuple[torch.Tensor, torch.Tensor]:
+    """One fixed batch of the shape's size (inputs, targets), the same for every variant timed."""
+    gen = torch.Generator().manual_seed(0)
+    size = (params.train.batch_size, params.model.block_size)
+    return torch.randint(0, VOCAB, size, generator=gen), torch.randint(0, VOCAB, size, generator=gen)
+
+
+def interleaved_rates(runners: dict, inputs: torch.Tensor, targets: torch.Tensor, steps: int,
+                      rounds: int) -> dict[str, list[float]]:
+    """tokens/s of each runner (a step function of inputs, targets), `steps` steps per round, the runners taking
+    turns for `rounds` rounds (so a machine that slows down slows them all)."""
+    rates = {name: [] for name in runners}
+    for _ in range(rounds):
+        for name, runner in runners.items():
+            started = time.perf_counter()
+            for _ in range(steps):
+                runner(inputs, targets)
+            rates[name].append(steps * inputs.numel() / (time.perf_counter() - started))
+    return rates
+
+
+def shape_rates(shape: str, params, rates: dict[str, list[float]], before: str) -> dict:
+    """A shape's medians and their ratios to the `before` variant, with the rounds."""
+    base = statistics.median(rates[before])
+    return {"shape": shape, "optimizer": params.train.optimizer, "model": params.model.model_dump(),
+            "batch": [params.train.batch_size, params.model.block_size],
+            "tokens_per_s": {m: statistics.median(r) for m, r in rates.items()},
+            "ratio_to_before": {m: statistics.median(r) / base for m, r in rates.items()}, "rounds": rates}
+
+
+def run_shapes(measure, args, prefix: str) -> None:
+    """Both budget shapes through measure(shape, overrides, steps, rounds, scratch) (--smoke: the small one, made
+    tiny, one round of one step), printed, and written to --out with the machine's label."""
+    scratch = Path(tempfile.mkdtemp(prefix=prefix))
+    overrides, shapes = [], ("small", "production")
+    if args.smoke:
+        overrides = SMOKE_SHAPE
+        args.steps, args.rounds, shapes = 1, 1, ("small",)
+    results = [measure(shape, overrides, args.steps, args.rounds, scratch) for shape in shapes]
+    for result in results:
+        for name, rate in result["tokens_per_s"].items():
+            print(f"{result['shape']:<11} {name:<46} {rate:>8,.0f} tokens/s ({result['ratio_to_before'][name]:.2f}x)")
+    if args.out:
+        args.out.write_text(json.dumps({"machine": machine_label(), "shapes": results}, indent=2))
+        print(f"wrote {args.out}")
 
 
 def make_runner(params, mode: str, seed: int = 0):
@@ -58,7 +106,6 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    import tempfile
     scratch = Path(tempfile.mkdtemp(prefix="minigpt-compile-"))
     overrides = [f"train.precision={args.precision}"]
     if args.smoke:
@@ -66,9 +113,7 @@ def main() -> None:
         args.steps, args.rounds = 2, 1
     params = shape_params(args.shape, overrides, scratch)
     block, batch = params.model.block_size, params.train.batch_size
-    gen = torch.Generator().manual_seed(0)
-    inputs = torch.randint(0, VOCAB, (batch, block), generator=gen)
-    targets = torch.randint(0, VOCAB, (batch, block), generator=gen)
+    inputs, targets = random_batch(params)
     modes = ["eager", "model compiled", "whole step compiled"]
     runners, compile_s = {}, {}
     for mode in modes:
@@ -77,13 +122,7 @@ def main() -> None:
         for _ in range(3):  # compiles (and recompiles once the optimizer state exists)
             runners[mode](inputs, targets)
         compile_s[mode] = time.perf_counter() - started
-    rates = {mode: [] for mode in modes}
-    for _ in range(args.rounds):
-        for mode in modes:
-            started = time.perf_counter()
-            for _ in range(args.steps):
-                runners[mode](inputs, targets)
-            rates[mode].append(args.steps * batch * block / (time.perf_counter() - started))
+    rates = interleaved_rates(runners, inputs, targets, args.steps, args.rounds)
     eager = statistics.median(rates["eager"])
     result = {"machine": machine_label(), "shape": args.shape, "precision": args.precision,
               "optimizer": params.train.optimizer, "model": params.model.model_dump(), "batch": [batch, block],

@@ -10,16 +10,11 @@ trains faster on a machine is what preflight times, train.precision=auto.)
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
-import tempfile
-import time
 from pathlib import Path
 
 import torch
-from compile_step import SMOKE_SHAPE, VOCAB, shape_params
+from compile_step import VOCAB, interleaved_rates, random_batch, run_shapes, shape_params, shape_rates
 
-from bench_common import machine_label
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 from minigpt.train import train_step
 
@@ -42,24 +37,11 @@ def make_runner(params, precision: str, orthogonalise: str):
 
 def measure(shape: str, overrides: list[str], steps: int, rounds: int, scratch: Path) -> dict:
     params = shape_params(shape, overrides, scratch)
-    block, batch = params.model.block_size, params.train.batch_size
-    gen = torch.Generator().manual_seed(0)
-    inputs = torch.randint(0, VOCAB, (batch, block), generator=gen)
-    targets = torch.randint(0, VOCAB, (batch, block), generator=gen)
+    inputs, targets = random_batch(params)
     runners = {name: make_runner(params, precision, ortho) for name, precision, ortho in MODES}
     for runner in runners.values():  # the optimizer state exists, and the precision is set, from here on
         runner(inputs, targets)
-    rates = {name: [] for name in runners}
-    for _ in range(rounds):
-        for name, runner in runners.items():
-            started = time.perf_counter()
-            for _ in range(steps):
-                runner(inputs, targets)
-            rates[name].append(steps * batch * block / (time.perf_counter() - started))
-    before = statistics.median(rates[MODES[0][0]])
-    return {"shape": shape, "optimizer": params.train.optimizer, "model": params.model.model_dump(),
-            "batch": [batch, block], "tokens_per_s": {m: statistics.median(r) for m, r in rates.items()},
-            "ratio_to_before": {m: statistics.median(r) / before for m, r in rates.items()}, "rounds": rates}
+    return shape_rates(shape, params, interleaved_rates(runners, inputs, targets, steps, rounds), MODES[0][0])
 
 
 def main() -> None:
@@ -69,19 +51,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="minigpt-muon-"))
-    overrides, shapes = [], ("small", "production")
-    if args.smoke:
-        overrides = SMOKE_SHAPE
-        args.steps, args.rounds, shapes = 1, 1, ("small",)
-    results = [measure(shape, overrides, args.steps, args.rounds, scratch) for shape in shapes]
-    for result in results:
-        for name, rate in result["tokens_per_s"].items():
-            print(f"{result['shape']:<11} {name:<44} {rate:>8,.0f} tokens/s ({result['ratio_to_before'][name]:.2f}x)")
-    if args.out:
-        args.out.write_text(json.dumps({"machine": machine_label(), "shapes": results}, indent=2))
-        print(f"wrote {args.out}")
-
+    run_shapes(measure, args, "minigpt-muon-")
 
 if __name__ == "__main__":
     main()
