@@ -36,6 +36,16 @@ def shape_params(shape: str, overrides: list[str], scratch: Path):
     return load_params(scratch / "params.yaml").with_shape(shape)
 
 
+def timing_parser(doc: str, steps: int, rounds: int) -> argparse.ArgumentParser:
+    """The timing benchmarks' shared options: --steps per round, --rounds, --smoke, --out."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--out", type=Path)
+    return parser
+
+
 def random_batch(params) -> tuple[torch.Tensor, torch.Tensor]:
     """One fixed batch of the shape's size (inputs, targets), the same for every variant timed."""
     gen = torch.Generator().manual_seed(0)
@@ -98,13 +108,9 @@ def make_runner(params, mode: str, seed: int = 0):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = timing_parser(__doc__, steps=20, rounds=3)
     parser.add_argument("--shape", default="small")
     parser.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="minigpt-compile-"))
     overrides = [f"train.precision={args.precision}"]

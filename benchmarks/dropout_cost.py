@@ -11,11 +11,10 @@ integers cut from 64-bit draws), with minigpt's and no dropout on the attention 
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
-from compile_step import VOCAB, interleaved_rates, random_batch, run_shapes, shape_params, shape_rates
+from compile_step import VOCAB, interleaved_rates, random_batch, run_shapes, shape_params, shape_rates, timing_parser
 
 from minigpt.model.dropout import Dropout
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig
@@ -64,17 +63,15 @@ def measure(shape: str, overrides: list[str], precision: str, steps: int, rounds
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = timing_parser(__doc__, steps=5, rounds=5)
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+
     def in_precision(shape, overrides, steps, rounds, scratch):
         return measure(shape, overrides, args.precision, steps, rounds, scratch)
 
     run_shapes(in_precision, args, "minigpt-dropout-")
+
 
 if __name__ == "__main__":
     main()

@@ -9,11 +9,10 @@ trains faster on a machine is what preflight times, train.precision=auto.)
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
-from compile_step import VOCAB, interleaved_rates, random_batch, run_shapes, shape_params, shape_rates
+from compile_step import VOCAB, interleaved_rates, random_batch, run_shapes, shape_params, shape_rates, timing_parser
 
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 from minigpt.train import train_step
@@ -45,12 +44,7 @@ def measure(shape: str, overrides: list[str], steps: int, rounds: int, scratch: 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    args = timing_parser(__doc__, steps=5, rounds=3).parse_args()
     run_shapes(measure, args, "minigpt-muon-")
 
 if __name__ == "__main__":
