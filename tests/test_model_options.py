@@ -1,4 +1,5 @@
-"""The model and optimizer options beyond the guide's MiniGPT (model.position / qk_norm / mlp, train.optimizer): each
+"""The model and optimizer options beyond the guide's MiniGPT (model.position / qk_norm / mlp / attention_dropout /
+attention_precision, train.optimizer): each
 builds what it says, trains through the gated pipeline, passes preflight, and a bug planted
 in it is caught by the check that owns it."""
 
@@ -10,7 +11,12 @@ import pytest
 import torch
 
 from helpers.pipeline_fixture import recompose
-from helpers.planted_bugs import muon_gets_the_embedding, qk_norm_over_positions, rotate_half_over_time
+from helpers.planted_bugs import (
+    fp32_attention_without_the_mask,
+    muon_gets_the_embedding,
+    qk_norm_over_positions,
+    rotate_half_over_time,
+)
 from helpers.tiny_models import small_config
 from minigpt.core.config import ConfigError
 from minigpt.model import gpt as model_module
@@ -37,7 +43,8 @@ def check(report, name):
 @pytest.mark.parametrize("options", [["model.position=rotary"], ["model.qk_norm=true"], ["model.mlp=relu2"],
                                      ["model.mlp=swiglu"], ["train.optimizer=muon"],
                                      ["model.dropout=0.1", "model.attention_dropout=false"], ALL_OPTIONS,
-                                     [*ALL_OPTIONS, "train.precision=bf16"]],
+                                     [*ALL_OPTIONS, "train.precision=bf16"],
+                                     [*ALL_OPTIONS, "model.attention_precision=fp32", "train.precision=bf16"]],
                          ids=lambda o: "+".join(x.split("=")[0].split(".")[1] + "=" + x.split("=")[1] for x in o))
 def test_each_option_passes_preflight_and_trains_through_the_gate(project, options):
     root, source = project
@@ -66,6 +73,33 @@ def test_the_planted_rotary_bug_is_invisible_to_the_learned_position_model(proje
     """The causal check fails because of rotary, not because patching broke something else."""
     root, source = project
     monkeypatch.setattr(rotary, "apply_rotary", rotate_half_over_time)
+    assert run_preflight(recompose(root, source, []), root)["passed"]
+
+
+@pytest.mark.parametrize("attention_precision,seen", [("step", torch.bfloat16), ("fp32", torch.float32)])
+def test_attention_precision_fp32_runs_a_bf16_steps_attention_in_fp32(monkeypatch, attention_precision, seen):
+    """Under bf16 autocast q, k and v reach the attention in bf16, or in fp32 with attention_precision=fp32 (its
+    output handed back in bf16); in an fp32 step both are fp32 and the outputs are the same tensor values."""
+    dtypes = []
+    real = model_module.causal_attention
+    monkeypatch.setattr(model_module, "causal_attention", lambda q, k, v, p: dtypes.append(q.dtype) or real(q, k, v, p))
+    torch.manual_seed(0)
+    model = MiniGPT(small_config(vocab=23, position="rotary", qk_norm=True, attention_precision=attention_precision))
+    inputs = torch.randint(0, 23, (2, 16))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, _ = model(inputs)
+    assert dtypes == [seen] * 2 and logits.dtype == torch.bfloat16
+    reference = MiniGPT(small_config(vocab=23, position="rotary", qk_norm=True))
+    reference.load_state_dict(model.state_dict())
+    assert torch.equal(model(inputs)[0], reference(inputs)[0]), "no effect in an fp32 step"
+
+
+def test_fp32_attention_that_forgets_the_mask_fails_the_causal_check(project, monkeypatch):
+    root, source = project
+    monkeypatch.setattr(model_module, "in_fp32", fp32_attention_without_the_mask)
+    report = run_preflight(recompose(root, source, ["model.attention_precision=fp32"]), root)
+    assert "causal_independence" in failed(report)
+    # the same plant in a model whose attention runs in the step's precision: it never reaches the check
     assert run_preflight(recompose(root, source, []), root)["passed"]
 
 

@@ -106,6 +106,9 @@ class ModelConfig(Section):
     # false: dropout on the embeddings and residual branches only, not on the attention weights (on a CPU,
     # attention dropout keeps scaled_dot_product_attention off its fused kernel)
     attention_dropout: bool = True
+    # step: attention in the training step's precision; fp32: a bf16 step computes attention in fp32 (on a CPU,
+    # scaled_dot_product_attention's fused backward is many times slower in bf16 than in fp32; no effect in fp32)
+    attention_precision: Literal["step", "fp32"] = "step"
 
     @model_validator(mode="after")
     def _heads_divide_width(self):
