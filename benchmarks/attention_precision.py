@@ -1,8 +1,8 @@
 """Attention's precision inside a bf16 training step on this CPU: the budget shapes' real step in fp32, in bf16
 with attention in bf16 (model.attention_precision=step, what bf16 runs did before), and in bf16 with attention in
 fp32 (attention_precision=fp32: q, k, v cast up, scaled_dot_product_attention in fp32, its output cast back), and
-in fp32 without attention dropout (another model where dropout > 0: the production shape drops its attention
-weights, which keeps attention off the fused kernel), measured side by side in interleaved rounds.
+that without attention dropout (another model where dropout > 0: the production shape drops its attention weights,
+which keeps attention off the fused kernel), measured side by side in interleaved rounds.
 
     python benchmarks/attention_precision.py --out benchmarks/results/attention_precision_<machine>.json
     python benchmarks/attention_precision.py --smoke        # seconds (CI): tiny model, one round

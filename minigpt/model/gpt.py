@@ -57,8 +57,9 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_
 def in_fp32(attention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args) -> torch.Tensor:
     """attention(q, k, v, *args) computed in fp32 when q, k, v are in a lower precision (a bf16 step), its output
     back in theirs (model.attention_precision=fp32). On a 2-core Intel Xeon with AMX, the fused kernel's bf16
-    backward took 10x its fp32 time and the budget shapes' bf16 steps ran 1.35x (small) and 1.34x (production)
-    faster with attention in fp32 (docs/benchmarks.md, "Attention in fp32 inside a bf16 step")."""
+    backward took 10x its fp32 time and the small budget shape's bf16 step ran 1.37x faster with attention in fp32
+    (a model that drops its attention weights never takes the fused kernel and gains nothing; docs/benchmarks.md,
+    "Attention in fp32 inside a bf16 step")."""
     if q.dtype == torch.float32:
         return attention(q, k, v, *args)
     with torch.autocast(q.device.type, enabled=False):  # autocast would cast the fp32 inputs back down
@@ -102,10 +103,11 @@ class CausalSelfAttention(nn.Module):
             k = torch.cat([cache.keys[layer], k], dim=2)
             v = torch.cat([cache.values[layer], v], dim=2)
             y = F.scaled_dot_product_attention(q, k, v)
-        elif self.attention_in_fp32:  # looked up at call time, so a check's planted attention reaches this path too
-            y = in_fp32(causal_attention, q, k, v, self.dropout if self.training else 0.0)
         else:
-            y = causal_attention(q, k, v, self.dropout if self.training else 0.0)
+            dropout_p = self.dropout if self.training else 0.0
+            # causal_attention looked up at call time, so a check's planted attention reaches both paths
+            y = (in_fp32(causal_attention, q, k, v, dropout_p) if self.attention_in_fp32
+                 else causal_attention(q, k, v, dropout_p))
         if cache is not None:
             cache.keys[layer], cache.values[layer] = k, v
         y = y.transpose(1, 2).contiguous().view(batch, time, width)
