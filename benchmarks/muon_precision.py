@@ -1,7 +1,8 @@
-"""Muon's orthogonalisation precision on this CPU: the budget shapes' fp32 training step with Newton-Schulz in bf16
-(torch.optim.Muon's, what every run did before) against fp32 (what an fp32 run does now, minigpt/train/muon.py),
-measured side by side in interleaved rounds. (A bf16 run orthogonalises in bf16 as before; whether bf16 or fp32
-trains faster on a machine is what preflight times, train.precision=auto.)
+"""Muon's orthogonalisation on this CPU: the budget shapes' fp32 training step with Newton-Schulz in bf16
+(torch.optim.Muon's), in fp32 one matrix at a time, and in fp32 with the matrices of one shape orthogonalised
+together as one batch (what an fp32 run does now, minigpt/train/muon.py), measured side by side in interleaved
+rounds. (A bf16 run orthogonalises in bf16, one matrix at a time, as torch does; whether bf16 or fp32 trains
+faster on a machine is what preflight times, train.precision=auto.)
 
     python benchmarks/muon_precision.py --out benchmarks/results/muon_precision_<machine>.json
     python benchmarks/muon_precision.py --smoke        # seconds (CI): tiny model, one round
@@ -17,12 +18,13 @@ from compile_step import VOCAB, interleaved_rates, random_batch, run_shapes, sha
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 from minigpt.train import train_step
 
-# (name, training precision, Muon's orthogonalisation precision)
-MODES = [("fp32 step, orthogonalised in bf16 (before)", "fp32", "bf16"),
-         ("fp32 step, orthogonalised in fp32 (now)", "fp32", "fp32")]
+# (name, training precision, Muon's orthogonalisation precision, same-shaped matrices together)
+MODES = [("fp32 step, orthogonalised in bf16 (torch's)", "fp32", "bf16", False),
+         ("fp32 step, in fp32 one matrix at a time", "fp32", "fp32", False),
+         ("fp32 step, in fp32 by shape (now)", "fp32", "fp32", True)]
 
 
-def make_runner(params, precision: str, orthogonalise: str):
+def make_runner(params, precision: str, orthogonalise: str, by_shape: bool):
     torch.manual_seed(0)
     model = MiniGPT(MiniGPTConfig.from_params(params.model, VOCAB))
     optimizer = train_step.make_optimizer(model, params.train)
@@ -30,6 +32,7 @@ def make_runner(params, precision: str, orthogonalise: str):
     def step(inputs, targets):
         train_step.training_step(model, optimizer, inputs, targets, params.train.lr, precision, params.train.grad_clip)
         optimizer.muon.precision = orthogonalise  # what training_step set, replaced for the next step
+        optimizer.muon.by_shape = by_shape
 
     return step
 
@@ -37,7 +40,7 @@ def make_runner(params, precision: str, orthogonalise: str):
 def measure(shape: str, overrides: list[str], steps: int, rounds: int, scratch: Path) -> dict:
     params = shape_params(shape, overrides, scratch)
     inputs, targets = random_batch(params)
-    runners = {name: make_runner(params, precision, ortho) for name, precision, ortho in MODES}
+    runners = {name: make_runner(params, *mode) for name, *mode in MODES}
     for runner in runners.values():  # the optimizer state exists, and the precision is set, from here on
         runner(inputs, targets)
     return shape_rates(shape, params, interleaved_rates(runners, inputs, targets, steps, rounds), MODES[0][0])

@@ -102,6 +102,46 @@ def test_newton_schulz_in_fp32_gives_singular_values_near_one_in_either_orientat
         assert 0.5 < float(singular.min()) and float(singular.max()) < 1.5, singular
 
 
+COEFFICIENTS = (3.4445, -4.7750, 2.0315)  # torch.optim.Muon's
+
+
+def test_newton_schulz_of_a_stack_is_each_matrix_own_up_to_rounding():
+    gen = torch.Generator().manual_seed(5)
+    scales = torch.tensor([1e-3, 1.0, 30.0])[:, None, None]  # one norm for the whole stack would shrink the first
+    for shape in ((3, 48, 16), (3, 16, 48)):
+        stack = torch.randn(*shape, generator=gen) * scales
+        together = newton_schulz(stack, COEFFICIENTS, 5, 1e-7, torch.float32)
+        alone = torch.stack([newton_schulz(m, COEFFICIENTS, 5, 1e-7, torch.float32) for m in stack])
+        assert together.shape == stack.shape
+        assert torch.allclose(together, alone, atol=1e-5), (together - alone).abs().max()
+
+
+def test_muon_in_fp32_orthogonalises_same_shaped_matrices_together_with_the_same_result(monkeypatch):
+    kwargs = {"lr": 0.02, "weight_decay": 0.1, "adjust_lr_fn": "match_rms_adamw"}
+
+    def steps(by_shape):
+        torch.manual_seed(0)
+        weights = [torch.nn.Parameter(torch.randn(*shape)) for shape in ((48, 16), (48, 16), (16, 48), (48, 16))]
+        optimizer = Muon(weights, **kwargs)
+        optimizer.precision, optimizer.by_shape = "fp32", by_shape
+        gen = torch.Generator().manual_seed(1)
+        for _ in range(3):
+            for w in weights:
+                w.grad = torch.randn(w.shape, generator=gen)
+            optimizer.step()
+        return weights
+
+    shapes = []
+    real = muon_module.newton_schulz
+    monkeypatch.setattr(muon_module, "newton_schulz", lambda u, *a: shapes.append(tuple(u.shape)) or real(u, *a))
+    together = steps(by_shape=True)
+    assert set(shapes) == {(3, 48, 16), (16, 48)}, "the three 48x16 matrices in one call, the 16x48 alone"
+    shapes.clear()
+    alone = steps(by_shape=False)
+    assert set(shapes) == {(48, 16), (16, 48)}
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(together, alone))
+
+
 def test_the_training_step_orthogonalises_in_its_own_precision():
     model = MiniGPT(small_config(40))
     optimizer = make_optimizer(model, "muon", 1e-3, 0.1)
