@@ -11,8 +11,9 @@ too, and a bf16 run exactly as torch does (op for op the same: bitwise the same 
 In fp32 the matrices of one shape (the same layer of every block) are orthogonalised together, as one batch of
 matrix products, instead of one matrix at a time: the small budget shape's matrices are 128-wide, where a matrix
 product is too small to keep two cores busy and each of the iteration's calls costs about as much as its
-arithmetic. On a 2-core Intel Xeon without AMX the fp32 budget steps ran 1.07x (small) and 1.14x (production)
-faster so (benchmarks/muon_precision.py). Each matrix's result is its own iteration's, up to fp32 rounding (tested)."""
+arithmetic. On a 2-core Intel Xeon without AMX both fp32 budget steps ran 1.07x faster so (medians of 5
+interleaved rounds, benchmarks/muon_precision.py). Each matrix's result is its own iteration's, up to fp32
+rounding (tested)."""
 
 from __future__ import annotations
 
