@@ -53,11 +53,11 @@ def orthogonalised(updates: list[torch.Tensor], coefficients: tuple[float, float
     time; otherwise the updates of one shape stacked and orthogonalised as one batch."""
     if dtype == torch.bfloat16 or not by_shape:
         return [newton_schulz(u, coefficients, steps, eps, dtype) for u in updates]
-    by_shape: dict[torch.Size, list[int]] = {}
+    same_shape: dict[torch.Size, list[int]] = {}  # each shape's positions in `updates`
     for index, update in enumerate(updates):
-        by_shape.setdefault(update.shape, []).append(index)
+        same_shape.setdefault(update.shape, []).append(index)
     results: list[torch.Tensor | None] = [None] * len(updates)
-    for indices in by_shape.values():
+    for indices in same_shape.values():
         if len(indices) == 1:
             results[indices[0]] = newton_schulz(updates[indices[0]], coefficients, steps, eps, dtype)
             continue
