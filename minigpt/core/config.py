@@ -148,6 +148,10 @@ class TrainConfig(Section):
     # adamw: AdamW for every parameter. muon: Muon (torch.optim.Muon, its update scaled to AdamW's RMS) for the
     # blocks' matrices, AdamW for embeddings, head, gains and biases; both at the schedule's LR and weight_decay
     optimizer: Literal["adamw", "muon"] = "adamw"
+    # null: evaluate and keep the trained weights. A number in (0, 1): the run evaluates, keeps as its best checkpoint
+    # and samples from an exponential moving average of the trained weights with this decay (about 1 / (1 - decay)
+    # steps of memory; minigpt.train.weight_average)
+    ema_decay: Optional[float] = _must("in (0, 1) (or null for no average)", gt=0, lt=1, default=None)
 
     @model_validator(mode="after")
     def _schedule_fits(self):

@@ -10,6 +10,9 @@
 - clipping_contract: the real training step reports the global norm of the model's gradients before clipping,
   and after its clipping that norm is at most the clip threshold (checked at the run's grad_clip and at one that
   must cut).
+- weight_average (train.ema_decay set): the run's moving average holds tensors of its own, leaves the trained
+  weights untouched, and after each of its first updates equals its specification computed independently in float64
+  (average = d_n * average + (1 - d_n) * trained, d_n = min(decay, n / (n + 9))).
 """
 
 from __future__ import annotations
@@ -18,18 +21,21 @@ import copy
 import math
 
 import numpy as np
+import torch
 import torch.nn as nn
 
 from minigpt.model import batch_loss
 from minigpt.preflight.checks import Check, CheckFailed
 from minigpt.preflight.context import Context
-from minigpt.train import optim, train_step
+from minigpt.train import optim, train_step, weight_average
 
 # time fractions and steps at which a clock-limited run's schedule is evaluated
 TIME_GRID = 101
 STEPS_ON_THE_CLOCK = 64
 LR_RTOL = 1e-9
 NORM_RTOL = 1e-3
+AVERAGE_UPDATES = 12  # past the first nine, where n / (n + 9) is below any useful decay
+AVERAGE_ATOL = 1e-5
 
 
 def _expected_decay(model: nn.Module) -> dict[str, bool]:
@@ -221,6 +227,51 @@ def check_clipping_contract(ctx: Context) -> dict:
     return measured
 
 
+def _floating(model: nn.Module) -> dict[str, torch.Tensor]:
+    tensors = dict(model.named_parameters()) | dict(model.named_buffers())
+    return {n: t for n, t in tensors.items() if t.is_floating_point()}
+
+
+def check_weight_average(ctx: Context) -> dict:
+    decay = ctx.params.train.ema_decay
+    if decay is None:
+        return {"ema_decay": None, "note": "train.ema_decay is null: the run evaluates and keeps its trained weights"}
+    trained = copy.deepcopy(ctx.model)
+    average = weight_average.WeightAverage(trained, decay)
+    mine, theirs = _floating(average.model), _floating(trained)
+    problems = []
+    if set(mine) != set(theirs):
+        problems.append(f"the average's tensors are not the model's: {sorted(set(mine) ^ set(theirs))[:6]}")
+    shared = sorted(n for n in set(mine) & set(theirs) if mine[n].data_ptr() == theirs[n].data_ptr())
+    if shared:
+        problems.append(f"the average shares storage with the trained weights: {', '.join(shared[:6])}")
+    expected = {n: t.detach().double().clone() for n, t in theirs.items()}
+    gen = ctx.generator(9)
+    worst = 0.0
+    with torch.no_grad():
+        for n in range(1, AVERAGE_UPDATES + 1):
+            for name, tensor in theirs.items():  # the trained weights move, as a step would move them
+                tensor.add_(torch.randn(tensor.shape, generator=gen).to(tensor) * 0.1)
+            before = {name: t.detach().clone() for name, t in theirs.items()}
+            average.update(trained)
+            kept = min(decay, n / (n + 9))
+            for name, tensor in theirs.items():
+                expected[name] = kept * expected[name] + (1 - kept) * before[name].double()
+                if not torch.equal(tensor, before[name]):
+                    problems.append(f"update {n} changed the trained weight {name}")
+                if name in mine:
+                    worst = max(worst, float((mine[name].double() - expected[name]).abs().max()))
+    if worst > AVERAGE_ATOL:
+        problems.append(f"after {AVERAGE_UPDATES} updates the average is {worst:.3g} from its specification "
+                        f"(tolerance {AVERAGE_ATOL:g})")
+    measured = {"ema_decay": decay, "updates": AVERAGE_UPDATES, "max_abs_difference": worst,
+                "tensors": len(mine)}
+    if problems:
+        raise CheckFailed("the moving average of the weights breaks its specification: " + "; ".join(problems[:4]),
+                          measured)
+    return measured
+
+
 CHECKS: tuple[Check, ...] = (
     Check("decay_split", check_decay_split, ("gradients",),
           lambda c: (f"every linear/embedding matrix in a group with weight_decay {c.params.train.weight_decay:g}, "
@@ -243,4 +294,12 @@ CHECKS: tuple[Check, ...] = (
                      "norm the optimizer steps on is at most the threshold"),
           ("clip_grad_norm_ over a subset of the parameters (another model, a filtered list)",
            "the norm measured after clipping instead of before", "clipping per parameter instead of globally")),
+    Check("weight_average", check_weight_average, ("forward_shapes",),
+          lambda c: ("train.ema_decay null: nothing to check" if c.params.train.ema_decay is None else
+                     f"the average at decay {c.params.train.ema_decay:g} owns its tensors, leaves the trained weights "
+                     f"as they are, and after each of {AVERAGE_UPDATES} updates is within {AVERAGE_ATOL:g} of "
+                     "d_n * average + (1 - d_n) * trained, d_n = min(decay, n / (n + 9))"),
+          ("the average built on the trained model itself (no copy: it is just the trained weights)",
+           "the lerp weighted the wrong way (decay on the new weights)",
+           "a buffer or parameter left out of the average")),
 )

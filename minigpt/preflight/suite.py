@@ -38,6 +38,7 @@ FAMILIES = {
     "causal_independence": "correctness", "architecture": "correctness", "gradients": "numerical",
     "optimizer_update": "optimisation",
     "decay_split": "optimisation", "lr_schedule": "optimisation", "clipping_contract": "numerical",
+    "weight_average": "correctness",
     "lr_stability": "optimisation", "rehearsal_learns": "optimisation", "single_batch_overfit": "optimisation",
 }
 CHECKS: tuple[Check, ...] = tuple(

@@ -148,6 +148,8 @@ def _loop(run: Run, stop: StopRequest) -> dict:
             lr = result.scheduled_lr
             if not result.stepped:
                 _raise_diverged(run, step, result, inputs, targets)
+            if run.average is not None:
+                run.average.update(run.raw_model)
             progress.step = step
             progress.clipped_steps += result.grad_norm > cfg.grad_clip
             step_s = time.perf_counter() - started
@@ -244,15 +246,18 @@ def _append(run: Run, record: dict) -> None:
 def _evaluate(run: Run, record: dict, val_batches) -> bool:
     """Validation loss (and a sample) into the step's record; whether it is the best so far."""
     cfg, progress = run.cfg, run.progress
-    val_loss = batch_loss.evaluate_model(run.raw_model, val_batches, cfg.precision)
+    val_loss = batch_loss.evaluate_model(run.scored_model, val_batches, cfg.precision)
     record["val_loss"] = round(val_loss, 6)
+    if run.average is not None:  # the average is what counts; the trained weights' loss beside it shows its gain
+        record["val_loss_trained"] = round(batch_loss.evaluate_model(run.raw_model, val_batches, cfg.precision), 6)
     if cfg.sample_length:
-        record["sample"] = generate_and_print_sample(run.raw_model, run.tokenizer, cfg.sample_prompt,
+        record["sample"] = generate_and_print_sample(run.scored_model, run.tokenizer, cfg.sample_prompt,
                                                      cfg.sample_length, run.device, cfg.seed, run.say)
     improved = val_loss < progress.best_val_loss
     if improved:
         progress.best_val_loss, progress.best_step = val_loss, progress.step
-    run.say(f"[train] step {progress.step}: val loss {val_loss:.4f}{' (best)' if improved else ''}")
+    trained = f" (trained weights {record['val_loss_trained']:.4f})" if "val_loss_trained" in record else ""
+    run.say(f"[train] step {progress.step}: val loss {val_loss:.4f}{trained}{' (best)' if improved else ''}")
     return improved
 
 
@@ -321,6 +326,7 @@ def _summary(run: Run) -> dict:
         "model": run.params.section_dict("model"),  # the shape trained (budget.choose_shape may have picked it)
         "device": str(run.device),
         "precision": cfg.precision,
+        "ema_decay": cfg.ema_decay,  # not null: the val losses and checkpoints are the moving average's
         "world_size": run.ddp.world,
         "threads": sorted(run.threads_used),  # this process's share of the cores over the run (several: it changed)
     }

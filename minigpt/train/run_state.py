@@ -27,6 +27,7 @@ from minigpt.train.distributed import Dist
 from minigpt.train.resume import find_resume_checkpoint, restore_rng, resume_fingerprint, rng_states
 from minigpt.train.run_log import RunLog, history_for_resume
 from minigpt.train.watchdogs import Watchdogs
+from minigpt.train.weight_average import WeightAverage
 
 
 @dataclass
@@ -61,6 +62,12 @@ class Run:
     resumed_from: int | None = None  # the checkpoint's step when this run continues one
     watch: Watchdogs | None = None
     threads_used: set[int] = field(default_factory=set)  # torch's threads at each rebalance (thread_share)
+    average: WeightAverage | None = None  # train.ema_decay: the weights evaluated, kept as best and sampled
+
+    @property
+    def scored_model(self) -> nn.Module:
+        """The weights the run evaluates and keeps: the moving average when there is one, else the trained ones."""
+        return self.average.model if self.average is not None else self.raw_model
 
     @property
     def cfg(self):
@@ -77,8 +84,11 @@ class Run:
             best_step=p.best_step, elapsed_s=p.elapsed_s, clipped_steps=p.clipped_steps, rng=rng_states(),
             batch_rng=batch_rng, train_config=self.cfg.model_dump(), **self.binding, **self.log.mark(),
         )
+        if self.average is not None:
+            # model_state_dict is the average (what evaluate and generate load); the trained weights resume the run
+            state.update(trained_state_dict=self.raw_model.state_dict(), average_updates=self.average.updates)
         for name in names:
-            save_checkpoint(self.root / name, self.raw_model, self.tokenizer.fingerprint, **state)
+            save_checkpoint(self.root / name, self.scored_model, self.tokenizer.fingerprint, **state)
 
 
 def prepare_run(params: Params, root: Path, ddp: Dist, say, model_factory) -> Run:
@@ -101,7 +111,8 @@ def prepare_run(params: Params, root: Path, ddp: Dist, say, model_factory) -> Ru
     run = Run(params, root, ddp, device, say, tokenizer, splits["train"], splits["val"], model,
               train_step.ScheduledStep(model, cfg),
               torch.Generator().manual_seed(cfg.seed * 1000 + ddp.rank),  # different data on every rank
-              {"resume_fingerprint": fingerprint, "code_fingerprint": code})
+              {"resume_fingerprint": fingerprint, "code_fingerprint": code},
+              average=WeightAverage(model, cfg.ema_decay) if cfg.ema_decay is not None else None)
     checkpoint = find_resume_checkpoint(params, fingerprint, code, root, say)
     if checkpoint is not None:
         continue_from(run, checkpoint)
@@ -117,7 +128,14 @@ def prepare_run(params: Params, root: Path, ddp: Dist, say, model_factory) -> Ru
 
 
 def continue_from(run: Run, checkpoint: dict) -> None:
-    load_state_strict(run.raw_model, checkpoint, checkpoint["path"])
+    if run.average is not None:
+        # the resume fingerprint binds train.ema_decay, so a checkpoint of this run holds both sets of weights
+        load_state_strict(run.average.model, checkpoint, checkpoint["path"])
+        run.average.updates = checkpoint["average_updates"]
+        load_state_strict(run.raw_model, {**checkpoint, "model_state_dict": checkpoint["trained_state_dict"]},
+                          checkpoint["path"])
+    else:
+        load_state_strict(run.raw_model, checkpoint, checkpoint["path"])
     # load_state_dict moves the optimizer state to the parameters' device
     run.scheduled_step.optimizer.load_state_dict(checkpoint["optimizer_state_dict"])
     restore_rng(checkpoint["rng"])

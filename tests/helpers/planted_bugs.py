@@ -84,3 +84,17 @@ def fp32_attention_without_the_mask(attention, q, k, v, dropout_p):
     in_fp32 casts and hands the model's causal_attention the work): every position attends to the whole window."""
     out = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), dropout_p=dropout_p)
     return out.to(q.dtype)
+
+
+def average_without_a_copy(self, trained, decay):
+    """WeightAverage.__init__ that keeps the trained model itself: the 'average' is just the trained weights."""
+    self.decay, self.updates, self.model = decay, 0, trained
+
+
+def average_weighted_the_wrong_way(self, trained):
+    """WeightAverage.update with the decay on the new weights: the average forgets its past at every step."""
+    self.updates += 1
+    kept = min(self.decay, self.updates / (self.updates + 9))
+    averaged, current = self._pairs(trained)
+    for mine, theirs in zip(averaged, current):
+        mine.lerp_(theirs, kept)

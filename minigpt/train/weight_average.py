@@ -1,0 +1,54 @@
+"""An exponential moving average of the trained weights (train.ema_decay): what the run evaluates, keeps as its best
+checkpoint and samples from, while the optimizer goes on stepping the trained weights.
+
+After update n (counted from 1) every parameter and floating buffer of the average is
+    average = d_n * average + (1 - d_n) * trained,   d_n = min(decay, n / (n + 9)),
+so the first update copies the trained weights (d_1 = 0.1 is nearly a copy; a fixed decay from the random
+initialisation would make the first evaluations score a mostly untrained model) and the average's memory grows to its
+full length, about 1 / (1 - decay) steps, as the run goes on.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn as nn
+
+
+def decay_at(decay: float, update: int) -> float:
+    """The weight the average keeps at its `update`-th update (1-based)."""
+    return min(decay, update / (update + 9))
+
+
+class WeightAverage:
+    def __init__(self, trained: nn.Module, decay: float):
+        if not 0 < decay < 1:
+            raise ValueError(f"decay must be in (0, 1), got {decay}")
+        self.decay = decay
+        self.updates = 0
+        # its own tensors: an average that shared storage with the trained weights would just be them
+        self.model = copy.deepcopy(trained).eval()
+        self.model.requires_grad_(False)
+
+    def _pairs(self, trained: nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        mine = dict(self.model.named_parameters()) | dict(self.model.named_buffers())
+        theirs = dict(trained.named_parameters()) | dict(trained.named_buffers())
+        names = [n for n, t in mine.items() if t.is_floating_point()]
+        return [mine[n] for n in names], [theirs[n].detach() for n in names]
+
+    @torch.no_grad()
+    def update(self, trained: nn.Module) -> None:
+        self.updates += 1
+        weight = 1.0 - decay_at(self.decay, self.updates)
+        averaged, current = self._pairs(trained)
+        for mine, theirs in zip(averaged, current):
+            # lerp: mine + weight * (theirs - mine) = (1 - weight) * mine + weight * theirs
+            mine.lerp_(theirs, weight)
+
+    def state_dict(self) -> dict:
+        return {"model_state_dict": self.model.state_dict(), "updates": self.updates}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model_state_dict"])
+        self.updates = int(state["updates"])
