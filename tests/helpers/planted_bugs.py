@@ -5,6 +5,7 @@ import torch
 
 from minigpt.model import batch_loss
 from minigpt.train import optim, train_step
+from minigpt.train.weight_average import WeightAverage
 
 REAL_COSINE = train_step.cosine_with_warmup
 
@@ -86,9 +87,13 @@ def fp32_attention_without_the_mask(attention, q, k, v, dropout_p):
     return out.to(q.dtype)
 
 
+_REAL_AVERAGE_INIT = WeightAverage.__init__
+
+
 def average_without_a_copy(self, trained, decay):
     """WeightAverage.__init__ that keeps the trained model itself: the 'average' is just the trained weights."""
-    self.decay, self.updates, self.model = decay, 0, trained
+    _REAL_AVERAGE_INIT(self, trained, decay)
+    self.model = trained
 
 
 def average_weighted_the_wrong_way(self, trained):
@@ -96,5 +101,4 @@ def average_weighted_the_wrong_way(self, trained):
     self.updates += 1
     kept = min(self.decay, self.updates / (self.updates + 9))
     averaged, current = self._pairs(trained)
-    for mine, theirs in zip(averaged, current):
-        mine.lerp_(theirs, kept)
+    torch._foreach_lerp_(averaged, current, kept)
