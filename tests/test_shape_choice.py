@@ -128,8 +128,8 @@ def test_budget_presets_choose_among_the_calibrated_shapes(tmp_path, preset):
 
 def test_the_15_minute_small_shape_is_the_72_second_one_with_dropout(tmp_path):
     """budget-15m sets only the small shape's dropout, off the attention weights (its 15 minutes are ~7 passes over
-    wt2-mini and overfit without it); the nested override must keep every other key of the shape conf/config.yaml
-    defines."""
+    wt2-mini and overfit without it), and the moving average of the weights; the nested override must keep every
+    other key of the shape conf/config.yaml defines."""
     from minigpt.core.compose import compose_params
 
     def shapes_of(preset: str) -> tuple:
@@ -143,7 +143,8 @@ def test_the_15_minute_small_shape_is_the_72_second_one_with_dropout(tmp_path):
     assert short_model["dropout"] == 0.0 and long_model["dropout"] == 0.1
     assert short_model["attention_dropout"] and not long_model["attention_dropout"]
     assert {**long_model, "dropout": 0.0, "attention_dropout": True} == short_model
-    assert long_train["max_seconds"] == 900 and {**long_train, "max_seconds": 72} == short_train
+    assert long_train["max_seconds"] == 900 and long_train["ema_decay"] == 0.999 and short_train["ema_decay"] is None
+    assert {**long_train, "max_seconds": 72, "ema_decay": None} == short_train
     assert long_production == short_production, "the production shape is the same in both presets"
 
 

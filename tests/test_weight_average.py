@@ -19,6 +19,7 @@ from minigpt.model.checkpoint import load_checkpoint, load_trained_model
 from minigpt.model.gpt import MiniGPT
 from minigpt.preflight.checks import format_table
 from minigpt.preflight.suite import run_preflight
+from minigpt.report.evidence import evidence
 from minigpt.train.loop import train
 from minigpt.train.run_control import TrainingStopped
 from minigpt.train.weight_average import WeightAverage, decay_at
@@ -62,6 +63,8 @@ def test_a_run_with_the_average_passes_preflight_trains_and_keeps_the_average(pr
     assert report["passed"], format_table(report["checks"])
     measured = check(report, "weight_average")["measured"]
     assert measured["ema_decay"] == 0.9 and measured["max_abs_difference"] < 1e-5
+    lines = dict(evidence(check(report, "weight_average")))
+    assert lines["moving average"].startswith("decay 0.9") and "12 updates" in lines["against its formula"]
     summary = train(params, root, out=lambda _m: None)
     assert summary["ema_decay"] == 0.9 and summary["best_val_loss"] < math.log(report["vocab_size"]) - 0.3
     evals = [r for r in map(json.loads, (root / TRAIN_LOG).read_text().splitlines())

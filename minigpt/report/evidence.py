@@ -100,6 +100,14 @@ def _decay_split(m: dict) -> Lines:
     return lines
 
 
+def _weight_average(m: dict) -> Lines:
+    if m.get("ema_decay") is None:
+        return [("moving average", "off (train.ema_decay null): the run keeps its trained weights")]
+    return [("moving average", f"decay {_num(m.get('ema_decay'))} over {_num(m.get('tensors'))} tensors of its own"),
+            ("against its formula", f"after {_num(m.get('updates'))} updates at most "
+                                    f"{_num(m.get('max_abs_difference'))} from the float64 specification")]
+
+
 def _architecture(m: dict) -> Lines:
     counts, expected = m.get("parameters") or {}, m.get("expected_parameters") or {}
     options = m.get("options") or {}
@@ -175,7 +183,8 @@ FORMATTERS: dict[str, Callable[[dict], Lines]] = {
     "causal_independence": _causal,
     "architecture": _architecture, "gradients": _gradients, "optimizer_update": _optimizer_update,
     "decay_split": _decay_split,
-    "lr_schedule": _lr_schedule, "clipping_contract": _clipping, "lr_stability": _lr_stability,
+    "lr_schedule": _lr_schedule, "clipping_contract": _clipping, "weight_average": _weight_average,
+    "lr_stability": _lr_stability,
     "rehearsal_learns": _rehearsal_learns, "single_batch_overfit": _overfit,
 }
 

@@ -3,9 +3,9 @@ checkpoint and samples from, while the optimizer goes on stepping the trained we
 
 After update n (counted from 1) every parameter and floating buffer of the average is
     average = d_n * average + (1 - d_n) * trained,   d_n = min(decay, n / (n + 9)),
-so the first update copies the trained weights (d_1 = 0.1 is nearly a copy; a fixed decay from the random
-initialisation would make the first evaluations score a mostly untrained model) and the average's memory grows to its
-full length, about 1 / (1 - decay) steps, as the run goes on.
+so the first update takes 90% of the trained weights (d_1 = 0.1: a fixed decay from the random initialisation would
+make the first evaluations score a mostly untrained model), the memory then grows with the run (about n / 9 steps
+after n updates) up to its full length, about 1 / (1 - decay) steps.
 """
 
 from __future__ import annotations
