@@ -227,18 +227,13 @@ def check_clipping_contract(ctx: Context) -> dict:
     return measured
 
 
-def _floating(model: nn.Module) -> dict[str, torch.Tensor]:
-    tensors = dict(model.named_parameters()) | dict(model.named_buffers())
-    return {n: t for n, t in tensors.items() if t.is_floating_point()}
-
-
 def check_weight_average(ctx: Context) -> dict:
     decay = ctx.params.train.ema_decay
     if decay is None:
         return {"ema_decay": None, "note": "train.ema_decay is null: the run evaluates and keeps its trained weights"}
     trained = copy.deepcopy(ctx.model)
     average = weight_average.WeightAverage(trained, decay)
-    mine, theirs = _floating(average.model), _floating(trained)
+    mine, theirs = weight_average.floating_tensors(average.model), weight_average.floating_tensors(trained)
     problems = []
     if set(mine) != set(theirs):
         problems.append(f"the average's tensors are not the model's: {sorted(set(mine) ^ set(theirs))[:6]}")

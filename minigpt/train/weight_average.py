@@ -16,6 +16,12 @@ import torch
 import torch.nn as nn
 
 
+def floating_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """name -> every floating parameter and buffer of the model: what the average keeps."""
+    tensors = dict(model.named_parameters()) | dict(model.named_buffers())
+    return {n: t for n, t in tensors.items() if t.is_floating_point()}
+
+
 def decay_at(decay: float, update: int) -> float:
     """The weight the average keeps at its `update`-th update (1-based)."""
     return min(decay, update / (update + 9))
@@ -37,10 +43,9 @@ class WeightAverage:
         """The average's floating tensors and the trained model's, name by name (found once per trained model: its
         tensors are updated in place, so the lists stay valid)."""
         if self._pairs_of is not trained:
-            mine = dict(self.model.named_parameters()) | dict(self.model.named_buffers())
+            mine = floating_tensors(self.model)
             theirs = dict(trained.named_parameters()) | dict(trained.named_buffers())
-            names = [n for n, t in mine.items() if t.is_floating_point()]
-            self._pairs_of, self._lists = trained, ([mine[n] for n in names], [theirs[n].detach() for n in names])
+            self._pairs_of, self._lists = trained, (list(mine.values()), [theirs[n].detach() for n in mine])
         return self._lists
 
     @torch.no_grad()
