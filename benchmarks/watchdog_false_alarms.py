@@ -3,6 +3,11 @@ the warnings and stops they raise (a healthy run should raise none), with each r
 
     python benchmarks/watchdog_false_alarms.py --corpus ../shared/wt2-mini --presets debug budget-72s --seeds 20
     python benchmarks/watchdog_false_alarms.py --smoke        # the code paths on the tests' fixture (CI)
+    python benchmarks/watchdog_false_alarms.py --corpus ../shared/wt2-mini --presets budget-15m --first-seed 2 \
+        --seeds 7 --append --out FILE                         # a slice of a long preset, added to FILE's rows
+
+The results file is rewritten after every run, so a slice stopped midway keeps the runs it finished; with --append
+the rows already in --out are kept (each row names its machine) and the summary covers them all.
 
 Each run: preflight (the real checks, so the throughput watchdog gets preflight's timing as its reference), then
 train with train.seed = preflight.seed = seed, then evaluate (val bpc and the baseline ladder). Run it alone on
@@ -25,6 +30,7 @@ from bench_common import (
     prepare_project,
     synthetic_corpus,
 )
+from minigpt.core.io_utils import atomic_write_text
 from minigpt.evaluate.checkpoint_eval import evaluate_checkpoint
 from minigpt.preflight.suite import run_preflight
 from minigpt.train.gate import run_params
@@ -62,6 +68,31 @@ def one_run(preset: str, seed: int, work: Path, corpus: Path, extra: list[str]) 
             "seconds": time.perf_counter() - started}
 
 
+def summarise(rows: list[dict]) -> dict:
+    """Per preset: runs, refusals, stops, warnings, the val bpc range and the machines the rows ran on."""
+    summary = {}
+    for preset in dict.fromkeys(r["preset"] for r in rows):
+        mine = [r for r in rows if r["preset"] == preset]
+        trained = [r for r in mine if "val_bpc" in r]
+        summary[preset] = {"runs": len(mine), "seeds": [r["seed"] for r in mine],
+                           "machines": sorted({r["machine"] for r in mine}),
+                           "refused": sum(not r["preflight_passed"] for r in mine),
+                           "stopped": sum("stopped" in r for r in mine),
+                           "runs_with_warnings": sum(r["warnings"] > 0 for r in trained),
+                           "warnings": sum(r["warnings"] for r in trained),
+                           "val_bpc": [min((r["val_bpc"] for r in trained), default=None),
+                                       max((r["val_bpc"] for r in trained), default=None)],
+                           "vs_best_static_bpc": [min((r["vs_best_static_bpc"] for r in trained), default=None),
+                                                  max((r["vs_best_static_bpc"] for r in trained), default=None)]}
+    return summary
+
+
+def write_results(out: Path, label: str, smoke: bool, rows: list[dict]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, json.dumps({"machine": label, "smoke": smoke, "summary": summarise(rows), "rows": rows},
+                                      indent=2) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=Path, help="a WikiText-format folder (default: the tests' fixture)")
@@ -72,12 +103,13 @@ def main() -> None:
     parser.add_argument("--override", nargs="*", default=[], help="Hydra overrides for every run")
     parser.add_argument("--smoke", action="store_true", help="2 seeds of a 40-step debug run on the fixture")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/watchdog_false_alarms.json"))
+    parser.add_argument("--append", action="store_true", help="keep the rows already in --out (run in slices)")
     args = parser.parse_args()
     label = machine_label()
     presets, seeds, extra = args.presets, args.seeds, list(args.override)
     if args.smoke:
         presets, seeds, extra = ["debug"], 2, extra + ["train.max_steps=40", "train.eval_every=10", "watch.window=10"]
-    rows = []
+    rows = json.loads(args.out.read_text())["rows"] if args.append and args.out.exists() else []
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch) / "project"
         corpus = args.corpus.resolve() if args.corpus else synthetic_corpus(Path(scratch) / "corpus")
@@ -86,6 +118,7 @@ def main() -> None:
             for seed in range(args.first_seed, args.first_seed + seeds):
                 row = one_run(preset, seed, work, corpus, extra)
                 rows.append({"machine": machine_kind(label), **row})
+                write_results(args.out, label, args.smoke, rows)
                 fired = ", ".join(f"{n} x{c['fired']}" for n, c in row.get("fired", {}).items()) or "none"
                 print(f"{preset:<11} seed {seed:>3}: "
                       + (f"preflight failed {row['failed']}" if not row["preflight_passed"] else
@@ -93,22 +126,8 @@ def main() -> None:
                          f"{row['steps']} steps, val {row['val_bpc']:.4f} bpc (vs best static "
                          f"{row['vs_best_static_bpc']:+.4f}), warnings {row['warnings']} ({fired}), "
                          f"{row['seconds']:.0f} s"), flush=True)
-    summary = {}
-    for preset in presets:
-        mine = [r for r in rows if r["preset"] == preset]
-        trained = [r for r in mine if "val_bpc" in r]
-        summary[preset] = {"runs": len(mine), "refused": sum(not r["preflight_passed"] for r in mine),
-                           "stopped": sum("stopped" in r for r in mine),
-                           "runs_with_warnings": sum(r["warnings"] > 0 for r in trained),
-                           "warnings": sum(r["warnings"] for r in trained),
-                           "val_bpc": [min((r["val_bpc"] for r in trained), default=None),
-                                       max((r["val_bpc"] for r in trained), default=None)],
-                           "vs_best_static_bpc": [min((r["vs_best_static_bpc"] for r in trained), default=None),
-                                                  max((r["vs_best_static_bpc"] for r in trained), default=None)]}
-        print(f"{preset}: {json.dumps(summary[preset])}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": label, "smoke": args.smoke, "summary": summary, "rows": rows},
-                                   indent=2) + "\n")
+    for preset, line in summarise(rows).items():
+        print(f"{preset}: {json.dumps(line)}")
     print(f"wrote {args.out}")
 
 
