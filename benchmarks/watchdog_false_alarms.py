@@ -87,6 +87,11 @@ def summarise(rows: list[dict]) -> dict:
     return summary
 
 
+def earlier_rows(out: Path) -> list[dict]:
+    """The rows an earlier slice wrote to out (none if it does not exist yet)."""
+    return json.loads(out.read_text())["rows"] if out.exists() else []
+
+
 def write_results(out: Path, label: str, smoke: bool, rows: list[dict]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, json.dumps({"machine": label, "smoke": smoke, "summary": summarise(rows), "rows": rows},
@@ -109,7 +114,7 @@ def main() -> None:
     presets, seeds, extra = args.presets, args.seeds, list(args.override)
     if args.smoke:
         presets, seeds, extra = ["debug"], 2, extra + ["train.max_steps=40", "train.eval_every=10", "watch.window=10"]
-    rows = json.loads(args.out.read_text())["rows"] if args.append and args.out.exists() else []
+    rows = earlier_rows(args.out) if args.append else []
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch) / "project"
         corpus = args.corpus.resolve() if args.corpus else synthetic_corpus(Path(scratch) / "corpus")

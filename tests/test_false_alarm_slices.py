@@ -1,0 +1,43 @@
+"""The watchdog false-alarm benchmark runs the long presets in slices: each run is written as soon as it ends, a later
+slice appends to the rows already written, and the summary counts every row with the machines they ran on."""
+
+import json
+import sys
+
+from helpers import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+import watchdog_false_alarms as bench
+
+
+def row(seed: int, machine: str, warnings: int = 0, val: float = 2.2) -> dict:
+    return {"machine": machine, "preset": "budget-15m", "seed": seed, "preflight_passed": True, "failed": [],
+            "warnings": warnings, "val_bpc": val, "vs_best_static_bpc": val - 2.246}
+
+
+def test_a_later_slice_appends_and_the_summary_counts_every_row(tmp_path):
+    out = tmp_path / "results.json"
+    assert bench.earlier_rows(out) == []
+    first = [row(1, "Xeon"), row(2, "Xeon", val=2.25)]
+    bench.write_results(out, {"cpu": "Xeon"}, False, first)
+    rows = bench.earlier_rows(out) + [row(3, "EPYC", warnings=2, val=2.19)]
+    bench.write_results(out, {"cpu": "EPYC"}, False, rows)
+    written = json.loads(out.read_text())
+    assert [r["seed"] for r in written["rows"]] == [1, 2, 3]
+    summary = written["summary"]["budget-15m"]
+    assert summary["runs"] == 3 and summary["seeds"] == [1, 2, 3]
+    assert summary["machines"] == ["EPYC", "Xeon"]
+    assert summary["runs_with_warnings"] == 1 and summary["warnings"] == 2
+    assert summary["val_bpc"] == [2.19, 2.25]
+    assert list(tmp_path.iterdir()) == [out]  # written through a temp file, nothing left beside it
+
+
+def test_stops_and_refusals_are_counted_apart_from_trained_runs():
+    stopped = {**row(4, "Xeon"), "stopped": "train_diverging"}
+    for key in ("warnings", "val_bpc", "vs_best_static_bpc"):
+        stopped.pop(key)
+    refused = {"machine": "Xeon", "preset": "budget-15m", "seed": 5, "preflight_passed": False,
+               "failed": ["lr_stability"]}
+    summary = bench.summarise([row(1, "Xeon"), stopped, refused])["budget-15m"]
+    assert (summary["runs"], summary["stopped"], summary["refused"], summary["warnings"]) == (3, 1, 1, 0)
+    assert summary["val_bpc"] == [2.2, 2.2]
