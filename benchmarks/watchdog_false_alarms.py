@@ -92,7 +92,7 @@ def earlier_rows(out: Path) -> list[dict]:
     return json.loads(out.read_text())["rows"] if out.exists() else []
 
 
-def write_results(out: Path, label: str, smoke: bool, rows: list[dict]) -> None:
+def write_results(out: Path, label: dict, smoke: bool, rows: list[dict]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, json.dumps({"machine": label, "smoke": smoke, "summary": summarise(rows), "rows": rows},
                                       indent=2) + "\n")

@@ -43,8 +43,7 @@ class WeightAverage:
         """The average's floating tensors and the trained model's, name by name (found once per trained model: its
         tensors are updated in place, so the lists stay valid)."""
         if self._pairs_of is not trained:
-            mine = floating_tensors(self.model)
-            theirs = dict(trained.named_parameters()) | dict(trained.named_buffers())
+            mine, theirs = floating_tensors(self.model), floating_tensors(trained)
             self._pairs_of, self._lists = trained, (list(mine.values()), [theirs[n].detach() for n in mine])
         return self._lists
 
