@@ -7,7 +7,8 @@ the warnings and stops they raise (a healthy run should raise none), with each r
         --seeds 7 --append --out FILE                         # a slice of a long preset, added to FILE's rows
 
 The results file is rewritten after every run, so a slice stopped midway keeps the runs it finished; with --append
-the rows already in --out are kept (each row names its machine) and the summary covers them all.
+the rows already in --out are kept (each row names its machine) and the summary covers them all: per preset the
+counts, the val bpc range, and the val and test mean, sd and 95% t-interval of the mean over the seeds.
 
 Each run: preflight (the real checks, so the throughput watchdog gets preflight's timing as its reference), then
 train with train.seed = preflight.seed = seed, then evaluate (val bpc and the baseline ladder). Run it alone on
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -32,6 +34,7 @@ from bench_common import (
 )
 from minigpt.core.io_utils import atomic_write_text
 from minigpt.evaluate.checkpoint_eval import evaluate_checkpoint
+from minigpt.evaluate.intervals import welch_interval
 from minigpt.preflight.suite import run_preflight
 from minigpt.train.gate import run_params
 from minigpt.train.loop import train
@@ -68,8 +71,18 @@ def one_run(preset: str, seed: int, work: Path, corpus: Path, extra: list[str]) 
             "seconds": time.perf_counter() - started}
 
 
+def spread(values: list[float]) -> dict | None:
+    """Mean, sample sd and the 95% t-interval of the mean over seeds (None under two values: no spread)."""
+    if len(values) < 2:
+        return None
+    mean, sd = statistics.mean(values), statistics.stdev(values)
+    interval = welch_interval(mean, [(sd ** 2 / len(values), len(values) - 1)])["ci95"]
+    return {"mean": mean, "sd": sd, "mean_ci95": interval}
+
+
 def summarise(rows: list[dict]) -> dict:
-    """Per preset: runs, refusals, stops, warnings, the val bpc range and the machines the rows ran on."""
+    """Per preset: runs, refusals, stops, warnings, the val bpc range and spread (and test's) over the trained
+    runs, and the machines the rows ran on."""
     summary = {}
     for preset in dict.fromkeys(r["preset"] for r in rows):
         mine = [r for r in rows if r["preset"] == preset]
@@ -83,7 +96,9 @@ def summarise(rows: list[dict]) -> dict:
                            "val_bpc": [min((r["val_bpc"] for r in trained), default=None),
                                        max((r["val_bpc"] for r in trained), default=None)],
                            "vs_best_static_bpc": [min((r["vs_best_static_bpc"] for r in trained), default=None),
-                                                  max((r["vs_best_static_bpc"] for r in trained), default=None)]}
+                                                  max((r["vs_best_static_bpc"] for r in trained), default=None)],
+                           "val_bpc_spread": spread([r["val_bpc"] for r in trained]),
+                           "test_bpc_spread": spread([r["test_bpc"] for r in trained if "test_bpc" in r])}
     return summary
 
 

@@ -4,6 +4,8 @@ slice appends to the rows already written, and the summary counts every row with
 import json
 import sys
 
+import pytest
+
 from helpers import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
@@ -12,7 +14,7 @@ import watchdog_false_alarms as bench
 
 def row(seed: int, machine: str, warnings: int = 0, val: float = 2.2) -> dict:
     return {"machine": machine, "preset": "budget-15m", "seed": seed, "preflight_passed": True, "failed": [],
-            "warnings": warnings, "val_bpc": val, "vs_best_static_bpc": val - 2.246}
+            "warnings": warnings, "val_bpc": val, "test_bpc": val - 0.15, "vs_best_static_bpc": val - 2.246}
 
 
 def test_a_later_slice_appends_and_the_summary_counts_every_row(tmp_path):
@@ -29,6 +31,11 @@ def test_a_later_slice_appends_and_the_summary_counts_every_row(tmp_path):
     assert summary["machines"] == ["EPYC", "Xeon"]
     assert summary["runs_with_warnings"] == 1 and summary["warnings"] == 2
     assert summary["val_bpc"] == [2.19, 2.25]
+    # mean 2.2133, sd 0.0321; t(0.975, 2 df) = 4.303, so the mean's interval is ± 4.303 * 0.0321 / sqrt(3) = ± 0.0797
+    val = summary["val_bpc_spread"]
+    assert val["mean"] == pytest.approx(2.21333, abs=1e-5) and val["sd"] == pytest.approx(0.03215, abs=1e-5)
+    assert val["mean_ci95"] == pytest.approx([2.21333 - 0.07986, 2.21333 + 0.07986], abs=2e-4)
+    assert summary["test_bpc_spread"]["mean"] == pytest.approx(2.21333 - 0.15, abs=1e-5)
     assert list(tmp_path.iterdir()) == [out]  # written through a temp file, nothing left beside it
 
 
@@ -41,3 +48,4 @@ def test_stops_and_refusals_are_counted_apart_from_trained_runs():
     summary = bench.summarise([row(1, "Xeon"), stopped, refused])["budget-15m"]
     assert (summary["runs"], summary["stopped"], summary["refused"], summary["warnings"]) == (3, 1, 1, 0)
     assert summary["val_bpc"] == [2.2, 2.2]
+    assert summary["val_bpc_spread"] is None, "one trained run has no spread"
