@@ -98,7 +98,7 @@ def summarise(rows: list[dict]) -> dict:
                            "vs_best_static_bpc": [min((r["vs_best_static_bpc"] for r in trained), default=None),
                                                   max((r["vs_best_static_bpc"] for r in trained), default=None)],
                            "val_bpc_spread": spread([r["val_bpc"] for r in trained]),
-                           "test_bpc_spread": spread([r["test_bpc"] for r in trained if "test_bpc" in r])}
+                           "test_bpc_spread": spread([r["test_bpc"] for r in trained])}
     return summary
 
 

@@ -12,7 +12,8 @@ from helpers.wikitext_fixture import make_texts, release_for, write_directory, w
 def private_worker_registry(monkeypatch, tmp_path_factory):
     """Each test's minigpt processes share the cores among themselves only: the default registry is one folder per
     user, so a minigpt process elsewhere on the machine (another checkout's tests, a benchmark, a process left by an
-    earlier test) would change a trainer's thread count, and with it the last bits of its sums."""
+    earlier test) would change a trainer's thread count, and with it the last bits of its sums. (The session-scoped
+    project fixtures are built before any function fixture, so their stages still use the default registry.)"""
     from minigpt.core.thread_share import REGISTRY_ENV
 
     monkeypatch.setenv(REGISTRY_ENV, str(tmp_path_factory.mktemp("workers")))

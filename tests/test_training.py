@@ -25,8 +25,10 @@ FAST = ["train.max_steps=40", "train.eval_every=10", "train.eval_batches=2", "tr
 
 # Bit-for-bit comparisons of two trainer processes pin their thread count: a float sum split over 1 or 2 threads
 # rounds differently in the last bit (measured: 1 vs 2 threads part at step 6 of a 150-step debug run), and the
-# default share of the cores changes when another minigpt process on the machine starts or ends.
-SAME_THREADS = {**os.environ, "MINIGPT_THREADS": "2"}
+# default share of the cores changes when another minigpt process on the machine starts or ends. Built per call:
+# the environment then holds the test's own worker registry (conftest's autouse fixture).
+def same_threads() -> dict:
+    return {**os.environ, "MINIGPT_THREADS": "2"}
 
 
 def stage(root, *args, **kwargs):
@@ -121,7 +123,7 @@ def test_killed_run_resumes_and_reproduces_the_uninterrupted_weights(project, tm
     import shutil
     twin = shutil.copytree(root, tmp_path / "twin")
 
-    proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "stages/train.py")], cwd=root, env=SAME_THREADS,
+    proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "stages/train.py")], cwd=root, env=same_threads(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_for_step(root, 170, proc)
     proc.send_signal(signal.SIGKILL)
@@ -130,10 +132,10 @@ def test_killed_run_resumes_and_reproduces_the_uninterrupted_weights(project, tm
     assert killed_at < 400
     assert load_checkpoint(root / "models/mini_gpt_latest.pt")["step"] in range(150, 400, 50)
 
-    resumed = stage(root, env=SAME_THREADS)
+    resumed = stage(root, env=same_threads())
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming from" in resumed.stdout
-    uninterrupted = stage(twin, env=SAME_THREADS)
+    uninterrupted = stage(twin, env=same_threads())
     assert uninterrupted.returncode == 0, uninterrupted.stderr
 
     a = load_checkpoint(root / "models/mini_gpt_latest.pt")["model_state_dict"]
@@ -268,7 +270,7 @@ def test_ctrl_c_or_sigterm_stops_after_the_step_with_a_checkpoint_and_resumes_bi
     import shutil
     twin = shutil.copytree(root, tmp_path / "twin")
 
-    proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "stages/train.py")], cwd=root, env=SAME_THREADS,
+    proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "stages/train.py")], cwd=root, env=same_threads(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for_step(root, 70, proc)
     proc.send_signal(signum)
@@ -284,8 +286,8 @@ def test_ctrl_c_or_sigterm_stops_after_the_step_with_a_checkpoint_and_resumes_bi
     assert load_checkpoint(root / "models/mini_gpt_latest.pt")["step"] == stopped_at
     assert not (root / "models/.train.lock").exists(), "the lock is released on a stop"
 
-    assert stage(root, env=SAME_THREADS).returncode == 0
-    assert stage(twin, env=SAME_THREADS).returncode == 0
+    assert stage(root, env=same_threads()).returncode == 0
+    assert stage(twin, env=same_threads()).returncode == 0
     assert [r["step"] for r in read_log(root)] == list(range(1, 151))
     assert [r["train_loss"] for r in read_log(root)] == [r["train_loss"] for r in read_log(twin)]
     resumed, straight = (load_checkpoint(p / "models/mini_gpt_latest.pt")["model_state_dict"] for p in (root, twin))
