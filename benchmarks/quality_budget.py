@@ -59,16 +59,17 @@ CLOCKED = ["train.max_steps=1000000"]
 # of the rule's calibration, docs/data-and-config.md, "Budget shapes")
 ONLY_PRODUCTION = ["~budget.shapes.small"]
 ONLY_SMALL = ["~budget.shapes.production"]
-# the presets' rows also report dynamic evaluation (a separate column, never the val bpc)
-DYNAMIC = ["evaluate.dynamic=true"]
+# the presets' rows also report dynamic evaluation and the model mixed with the 9-gram (separate columns, never the
+# val bpc)
+SEPARATE_FIGURES = ["evaluate.dynamic=true", "evaluate.mixture_order=9"]
 RUNS = {
     "nanoGPT CPU recipe (reference)": REFERENCE,
     "nanoGPT recipe, 72 s (reference)": [*REFERENCE, *CLOCKED, "train.max_seconds=72"],
-    "budget-72s preset": ["experiment=budget-72s", *DYNAMIC],
+    "budget-72s preset": ["experiment=budget-72s", *SEPARATE_FIGURES],
     "production shape, 72 s (forced)": ["experiment=budget-72s", *ONLY_PRODUCTION],
 }
 LONG_RUNS = {"nanoGPT recipe, 15 min (reference)": [*REFERENCE, *CLOCKED, "train.max_seconds=900"],
-             "budget-15m preset": ["experiment=budget-15m", *DYNAMIC],
+             "budget-15m preset": ["experiment=budget-15m", *SEPARATE_FIGURES],
              "small shape, 15 min (forced)": ["experiment=budget-15m", *ONLY_SMALL]}
 # char against byte-level BPE (docs/benchmarks.md): the 72 s preset with three seeds for char and BPE 512 (single
 # runs of one preset differ by a few hundredths) and BPE 1024 once; --long adds char and BPE 512 at 15 minutes
@@ -80,8 +81,8 @@ TOKENIZER_RUNS = {**{f"budget-72s, char, seed {s}": ["experiment=budget-72s", f"
                   "budget-72s, BPE 1024": ["experiment=budget-72s", *BPE, "tokenizer.vocab_size=1024"]}
 LONG_TOKENIZER_RUNS = {"budget-15m, char": ["experiment=budget-15m"],
                        "budget-15m, BPE 512": ["experiment=budget-15m", *BPE]}
-SMOKE_RUNS = {**{f"budget-72s preset, 3 s, seed {s}": ["experiment=budget-72s", "train.max_seconds=3", *DYNAMIC,
-                                                      f"train.seed={s}"] for s in (1, 2)},
+SMOKE_RUNS = {**{f"budget-72s preset, 3 s, seed {s}": ["experiment=budget-72s", "train.max_seconds=3",
+                                                      *SEPARATE_FIGURES, f"train.seed={s}"] for s in (1, 2)},
               "budget-72s, BPE 300, 3 s": ["experiment=budget-72s", "train.max_seconds=3", "tokenizer=bpe",
                                            "tokenizer.vocab_size=300"]}
 QUIET = ["train.sample_length=0"]
@@ -131,6 +132,9 @@ def one_run(name: str, overrides: list[str], work: Path, corpus: Path) -> dict:
             if params.tokenizer.kind == "char" else None,
             "tokenizer": params.section_dict("tokenizer"),
             "dynamic_val_bpc": metrics["dynamic"]["val"]["bpc"] if "dynamic" in metrics else None,
+            "mixture_val_bpc": metrics["mixture"]["val"]["bpc"] if "mixture" in metrics else None,
+            "mixture_test_bpc": metrics["mixture"]["test"]["bpc"] if "mixture" in metrics else None,
+            "mixture_weight": metrics["mixture"]["weight"] if "mixture" in metrics else None,
             "watchdog_warnings": summary["warnings"], "best_step": metrics["best_step"]}
 
 
@@ -225,7 +229,7 @@ def _or_dash(value) -> str:
 
 def print_table(results: list[dict]) -> None:
     print(f"\n{'run':<34} {'params':>9} {'steps':>6} {'train s':>8} {'tok/s':>7} {'val bpc':>8} {'20-batch':>8} "
-          f"{'test bpc':>8} {'dynamic':>8} {'warn':>4}")
+          f"{'test bpc':>8} {'dynamic':>8} {'mixture':>8} {'warn':>4}")
     for r in results:
         if "preflight_failed" in r:
             print(f"{r['name']:<34} preflight failed: {', '.join(r['preflight_failed'])}")
@@ -235,7 +239,8 @@ def print_table(results: list[dict]) -> None:
             continue
         print(f"{r['name']:<34} {r['parameters']:>9,} {r['steps']:>6} {r['train_seconds']:>8.1f} "
               f"{r['tokens_per_sec_median']:>7,.0f} {r['val_bpc']:>8.3f} {_or_dash(r['val_bpc_20_random_batches']):>8} "
-              f"{r['test_bpc']:>8.3f} {_or_dash(r.get('dynamic_val_bpc')):>8} {r.get('watchdog_warnings', 0):>4}")
+              f"{r['test_bpc']:>8.3f} {_or_dash(r.get('dynamic_val_bpc')):>8} "
+              f"{_or_dash(r.get('mixture_val_bpc')):>8} {r.get('watchdog_warnings', 0):>4}")
     print(flush=True)
 
 

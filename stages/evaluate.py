@@ -29,6 +29,11 @@ def run(params):
         dynamic = metrics["dynamic"]
         print(f"[evaluate] {dynamic['label']}: val {dynamic['val']['bpc']:.4f} bpc, test {dynamic['test']['bpc']:.4f} "
               f"bpc (static: val {metrics['val']['bpc']:.4f}, test {metrics['test']['bpc']:.4f})")
+    if "mixture" in metrics:
+        mixture = metrics["mixture"]
+        print(f"[evaluate] {mixture['label']}: {mixture['order']}-gram weight {1 - mixture['weight']:.3f}, val "
+              f"{mixture['val']['bpc']:.4f} bpc, test {mixture['test']['bpc']:.4f} bpc (the {mixture['order']}-gram "
+              f"alone: val {mixture['ngram']['val']['bpc']:.4f})")
     print(f"[evaluate] generalisation gap {metrics['generalization_gap_bpc']:+.4f} bpc; random baseline "
           f"{metrics['baseline_log_v']:.3f} nats per token (log V); best step {metrics['best_step']}")
 

@@ -117,7 +117,7 @@ def test_prompt_characters_outside_the_vocabulary_are_refused():
 
 def test_evaluate_and_generate_stages_on_a_trained_checkpoint(project):
     root, source = project
-    recompose(root, source, ["generate.max_new_tokens=40", "evaluate.dynamic=true"])
+    recompose(root, source, ["generate.max_new_tokens=40", "evaluate.dynamic=true", "evaluate.mixture_order=5"])
     model, tok = train_quickly(root, 250)
     save_checkpoint(root / "models/mini_gpt_best.pt", model, tok.fingerprint, best_step=250, elapsed_s=1.0)
     for stage in ("evaluate", "generate"):
@@ -126,11 +126,22 @@ def test_evaluate_and_generate_stages_on_a_trained_checkpoint(project):
         assert result.returncode == 0, result.stderr
         if stage == "evaluate":
             assert "[evaluate] dynamic evaluation: the model learns on each split while scoring it" in result.stdout
+            assert "[evaluate] static mixture of the model with an n-gram counted on train" in result.stdout
     metrics = json.loads((root / "reports/evaluation.json").read_text())
     dynamic = metrics["dynamic"]  # its own key: the static figures are scored without it
     assert dynamic["label"].startswith("dynamic evaluation") and dynamic["lr"] == 1e-4
     assert all(dynamic[split]["tokens"] == metrics[split]["tokens"] for split in ("val", "test"))
     assert dynamic["val"]["bpc"] != metrics["val"]["bpc"]
+    # the mixture: its own key too; its n-gram, counted on the encoded train split, is the baselines stage's 5-gram
+    mixture, ladder = metrics["mixture"], {row["name"]: row for row in metrics["baselines"]["rows"]}
+    assert mixture["order"] == 5 and 0 <= mixture["weight"] <= 1
+    for split in ("val", "test"):
+        assert mixture[split]["tokens"] == mixture["ngram"][split]["tokens"] == metrics[split]["tokens"]
+        assert mixture["ngram"][split]["bpc"] == pytest.approx(ladder["5-gram Kneser-Ney"][split]["bpc"], rel=1e-9)
+    # cross-fitted, the mixture is within a hair of the better side at worst (here the 5-gram: the model trained 250
+    # steps on the fixture), and far better than the worse
+    assert mixture["val"]["bpc"] < min(metrics["val"]["bpc"], mixture["ngram"]["val"]["bpc"]) + 0.01
+    assert mixture["val"]["bpc"] < max(metrics["val"]["bpc"], mixture["ngram"]["val"]["bpc"]) - 0.1
     val_len = len(np.load(root / "data/encoded/val.npy"))
     assert metrics["val"]["tokens"] == val_len - 1
     assert metrics["val"]["bpc"] < metrics["baseline_bpc"] - 0.5

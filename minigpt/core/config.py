@@ -188,6 +188,9 @@ class EvaluateConfig(Section):
     dynamic: bool
     dynamic_lr: float = _must("> 0", gt=0)
     dynamic_streams: int = _must(">= 1", ge=1)
+    # the model mixed with a Kneser-Ney n-gram of this order counted on train (minigpt.evaluate.mixture): a separate
+    # figure; 0 leaves it out
+    mixture_order: int = _must("0 (off) or in [1, 16]", ge=0, le=16)
     # the uncertainty of val/test bpc (minigpt.evaluate.intervals): the scored targets cut into `blocks` contiguous
     # blocks (kept in reports/eval_blocks.json), resampled `bootstrap_resamples` times from `bootstrap_seed`
     blocks: int = _must(">= 2", ge=2)

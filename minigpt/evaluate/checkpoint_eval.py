@@ -1,6 +1,7 @@
 """The evaluate stage: the best checkpoint scored on the full val and test splits (minigpt.evaluate.scoring: every
 target once, with at least block_size - stride tokens of context), placed on the baselines ladder; with
-evaluate.dynamic, a separate dynamic-evaluation figure (minigpt.evaluate.dynamic)."""
+evaluate.dynamic, a separate dynamic-evaluation figure (minigpt.evaluate.dynamic); with evaluate.mixture_order, a
+separate figure of the model mixed with a counted n-gram (minigpt.evaluate.mixture)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from minigpt.data.encode import load_ids, split_hashes
 from minigpt.evaluate.dynamic import LABEL as DYNAMIC_LABEL
 from minigpt.evaluate.dynamic import dynamic_score
 from minigpt.evaluate.intervals import bpc_interval, character_blocks
+from minigpt.evaluate.mixture import mixture_figures
 from minigpt.evaluate.scoring import summarise, target_chars, target_nll
 from minigpt.model.checkpoint import load_trained_model
 from minigpt.model.devices import select_device
@@ -109,9 +111,10 @@ def evaluate_with_blocks(params, root, checkpoint_path=None) -> tuple[dict, dict
     hashes = split_hashes(root / ENCODED_DIR, ("val", "test"))
     blocks = {"blocks": settings.blocks, "resamples": settings.bootstrap_resamples, "seed": settings.bootstrap_seed,
               "checkpoint": str(path), "tokenizer": tokenizer.fingerprint, "splits": {}}
-    scored = {}
+    scored, per_target = {}, {}
     for split, ids in (("val", val_ids), ("test", test_ids)):
         nll, chars = nll_of(ids), target_chars(ids, char_counts)
+        per_target[split] = (ids, nll, chars)
         cut = character_blocks(nll, chars, int(char_counts[ids[0]]), settings.blocks)
         scored[split] = {**summarise(nll, chars), "bpc_ci95": bpc_interval(
             cut["nll"], cut["chars"], settings.bootstrap_resamples, settings.bootstrap_seed)}
@@ -122,7 +125,8 @@ def evaluate_with_blocks(params, root, checkpoint_path=None) -> tuple[dict, dict
                                    "chars": cut["chars"].tolist(), "nll": cut["nll"].tolist()}
     val, test = scored["val"], scored["test"]
     # the same number of tokens from the start of train, to measure the generalisation gap
-    train_slice = score(load_ids(root / ENCODED_DIR, "train")[: len(val_ids)])
+    train_ids = load_ids(root / ENCODED_DIR, "train")
+    train_slice = score(train_ids[: len(val_ids)])
     baseline = math.log(model.config.vocab_size)
     baselines = compare_with_baselines(val, test, ladder, str(path))
     report = {
@@ -151,4 +155,7 @@ def evaluate_with_blocks(params, root, checkpoint_path=None) -> tuple[dict, dict
 
         report["dynamic"] = {"label": DYNAMIC_LABEL, "lr": settings.dynamic_lr, "val": dynamic(val_ids),
                              "test": dynamic(test_ids)}
+    if settings.mixture_order:  # its own key and label, like dynamic
+        report["mixture"] = mixture_figures(train_ids, per_target, tokenizer.vocab_size, settings.mixture_order,
+                                            params.baselines.discount)
     return report, blocks
