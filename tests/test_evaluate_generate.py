@@ -27,6 +27,8 @@ from minigpt.evaluate.scoring import score_split, window_plan
 from minigpt.model.checkpoint import save_checkpoint
 from minigpt.model.gpt import MiniGPT
 from minigpt.model.sampling import SamplingSettings, next_token_logits, sample_chunks, sample_text
+from minigpt.report.run_files import load_run, workspace_reader
+from minigpt.report.run_page import run_page
 
 
 @pytest.mark.parametrize("n,block,stride", [(2, 8, 4), (9, 8, 8), (100, 8, 4), (101, 8, 3), (57, 16, 1), (20, 16, 16)])
@@ -142,6 +144,16 @@ def test_evaluate_and_generate_stages_on_a_trained_checkpoint(project):
     # steps on the fixture), and far better than the worse
     assert mixture["val"]["bpc"] < min(metrics["val"]["bpc"], mixture["ngram"]["val"]["bpc"]) + 0.01
     assert mixture["val"]["bpc"] < max(metrics["val"]["bpc"], mixture["ngram"]["val"]["bpc"]) - 0.1
+    # the run page shows both under their own heading, apart from the ladder, with the figures evaluation.json holds
+    html = run_page(load_run("w", workspace_reader(root)))
+    figures = html.split('<table class="separate-figures">')[1].split("</table>")[0]
+    ladder_table = html.split('<table class="baselines">')[1].split("</table>")[0]
+    assert "dynamic evaluation" not in ladder_table and "model + 5-gram" not in ladder_table
+    assert "dynamic evaluation (lr 0.0001)" in figures
+    assert f"model + 5-gram (the n-gram's weight {1 - mixture['weight']:.3f})" in figures
+    for split in ("val", "test"):
+        for figure in (dynamic[split], mixture[split], mixture["ngram"][split]):
+            assert f'{figure["bpc"]:.4f}' in figures
     val_len = len(np.load(root / "data/encoded/val.npy"))
     assert metrics["val"]["tokens"] == val_len - 1
     assert metrics["val"]["bpc"] < metrics["baseline_bpc"] - 0.5

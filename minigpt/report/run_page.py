@@ -129,7 +129,7 @@ def evaluation_section(run: RunFiles) -> list[str]:
              ("num", fmt(ev[key]["tokens"])), ("num", fmt(ev[key].get("characters", ev[key]["tokens"])))]
             for split, key in (("val", "val"), ("test", "test"), ("train slice", "train_slice"))]
     rows.append(["random baseline (log V per token)", ("num", fmt(ev["baseline_log_v"])), "", "", "", ""])
-    return ["<h2>Evaluation</h2>", *baselines_block(ev.get("baselines")),
+    return ["<h2>Evaluation</h2>", *baselines_block(ev.get("baselines")), *separate_figures_block(ev),
             f"<p>Every target token of each split scored once (stride {ev.get('stride')}, at least "
             f"{ev.get('min_context')} characters of context), checkpoint "
             f"<code>{escape(str(ev.get('checkpoint')))}</code>, best step {fmt(ev.get('best_step'))}. Generalisation "
@@ -163,6 +163,27 @@ def baselines_block(ladder: dict | None) -> list[str]:
         classes.append("model-row" if row["kind"] == "model" else "")
     out.append(table(["predictor", "kind", "val bits/char", "test bits/char", "fit s"], rows, classes, cls="baselines"))
     return out
+
+
+def separate_figures_block(ev: dict) -> list[str]:
+    """Dynamic evaluation and the n-gram mixture, when evaluate computed them: each under its own label, apart from
+    the ladder and the metrics (neither is the model's own static figure)."""
+    rows = []
+    if ev.get("dynamic"):
+        dyn = ev["dynamic"]
+        rows.append([f"dynamic evaluation (lr {escape(format(dyn.get('lr'), 'g'))})", escape(str(dyn.get("label", ""))),
+                     ("num", fmt(dyn["val"]["bpc"])), ("num", fmt(dyn["test"]["bpc"]))])
+    if ev.get("mixture"):
+        mix = ev["mixture"]
+        rows.append([f"model + {mix['order']}-gram (the n-gram's weight {fmt(1 - mix['weight'], 3)})",
+                     escape(str(mix.get("label", ""))), ("num", fmt(mix["val"]["bpc"])),
+                     ("num", fmt(mix["test"]["bpc"]))])
+        rows.append([f"the {mix['order']}-gram alone", "counted on the encoded train split, the mixture's other side",
+                     ("num", fmt(mix["ngram"]["val"]["bpc"])), ("num", fmt(mix["ngram"]["test"]["bpc"]))])
+    if not rows:
+        return []
+    return ['<p class="muted">Separate figures, never the model\'s own val/test, the ladder or the metrics:</p>',
+            table(["figure", "what it is", "val bits/char", "test bits/char"], rows, cls="separate-figures")]
 
 
 def samples_section(run: RunFiles) -> list[str]:
