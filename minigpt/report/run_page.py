@@ -158,11 +158,15 @@ def baselines_block(ladder: dict | None) -> list[str]:
     rows, classes = [], []
     for row in ladder["rows"]:
         rows.append([f"<b>{escape(row['name'])}</b>" if row["kind"] == "model" else escape(row["name"]),
-                     escape(kinds.get(row["kind"], row["kind"])), ("num", fmt(row["val"]["bpc"])),
-                     ("num", fmt(row["test"]["bpc"])), ("num", fmt(row.get("seconds"), 1))])
+                     escape(kinds.get(row["kind"], row["kind"])), *bpc_cells(row), ("num", fmt(row.get("seconds"), 1))])
         classes.append("model-row" if row["kind"] == "model" else "")
     out.append(table(["predictor", "kind", "val bits/char", "test bits/char", "fit s"], rows, classes, cls="baselines"))
     return out
+
+
+def bpc_cells(figure: dict) -> list[tuple[str, str]]:
+    """A figure's val and test bits per character as two right-aligned cells."""
+    return [("num", fmt(figure[split]["bpc"])) for split in ("val", "test")]
 
 
 def separate_figures_block(ev: dict) -> list[str]:
@@ -171,15 +175,13 @@ def separate_figures_block(ev: dict) -> list[str]:
     rows = []
     if ev.get("dynamic"):
         dyn = ev["dynamic"]
-        rows.append([f"dynamic evaluation (lr {escape(format(dyn.get('lr'), 'g'))})", escape(str(dyn.get("label", ""))),
-                     ("num", fmt(dyn["val"]["bpc"])), ("num", fmt(dyn["test"]["bpc"]))])
+        rows.append([f"dynamic evaluation (lr {dyn['lr']:g})", escape(str(dyn.get("label", ""))), *bpc_cells(dyn)])
     if ev.get("mixture"):
         mix = ev["mixture"]
         rows.append([f"model + {mix['order']}-gram (the n-gram's weight {fmt(1 - mix['weight'], 3)})",
-                     escape(str(mix.get("label", ""))), ("num", fmt(mix["val"]["bpc"])),
-                     ("num", fmt(mix["test"]["bpc"]))])
+                     escape(str(mix.get("label", ""))), *bpc_cells(mix)])
         rows.append([f"the {mix['order']}-gram alone", "counted on the encoded train split, the mixture's other side",
-                     ("num", fmt(mix["ngram"]["val"]["bpc"])), ("num", fmt(mix["ngram"]["test"]["bpc"]))])
+                     *bpc_cells(mix["ngram"])])
     if not rows:
         return []
     return ['<p class="muted">Separate figures, never the model\'s own val/test, the ladder or the metrics:</p>',
