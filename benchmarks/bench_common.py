@@ -31,13 +31,13 @@ ISA_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
 
 
 def machine_label() -> dict:
-    """The CPU every figure is measured on: model name and the ISA flags that decide bf16 speed (Linux
-    /proc/cpuinfo), so figures of different machines are never mixed."""
+    """The CPU every figure is measured on: model name, family/model numbers and the ISA flags that decide bf16
+    speed (Linux /proc/cpuinfo), so figures of different machines are never mixed."""
     import platform
 
     import torch
 
-    cpu, flags = platform.processor() or platform.machine(), set()
+    cpu, flags, ids = platform.processor() or platform.machine(), set(), {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
@@ -45,9 +45,12 @@ def machine_label() -> dict:
                 cpu = value.strip()
             elif key.strip() == "flags":
                 flags = set(value.split())
+            elif key.strip() in ("cpu family", "model"):  # one name ("AMD EPYC") covers several generations
+                ids.setdefault(key.strip().replace(" ", "_"), value.strip())
     except OSError:
         pass
-    return {"cpu": cpu, "isa": [f for f in ISA_FLAGS if f in flags], "cores": os.cpu_count(),
+    return {"cpu": cpu, "cpu_family_model": "/".join(ids.get(k, "?") for k in ("cpu_family", "model")),
+            "isa": [f for f in ISA_FLAGS if f in flags], "cores": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "platform": platform.platform()}
 
 

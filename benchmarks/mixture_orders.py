@@ -1,11 +1,14 @@
 """The model mixed with n-grams of several orders (minigpt.evaluate.mixture), from one trained checkpoint.
 
     python benchmarks/mixture_orders.py --work benchmarks/.work --orders 5 7 9 11 --out FILE
+    python benchmarks/mixture_orders.py --smoke --out FILE    # seconds (CI): a 3-second model on the fixture
 
 --work is a project folder holding models/mini_gpt_best.pt and data/encoded (the quality benchmark's scratch
 folder after a run, or the project itself). The model scores val and test once (static, the evaluate stage's
 sliding windows with stride block_size // 2, fp32); each order's n-gram is counted on the encoded train split and
 mixed with it as `evaluate.mixture_order` does (val cross-fitted over its halves, test with val's weight).
+--smoke trains the budget-72s preset for 3 s on the tests' synthetic fixture first, then mixes orders 3 and 5 with
+it: the code paths once, not a result.
 """
 
 from __future__ import annotations
@@ -13,13 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from bench_common import ROOT, machine_label
+from bench_common import ROOT, machine_label, prepare_project, synthetic_corpus
+from minigpt.core.io_utils import atomic_write_text
 from minigpt.core.paths import BEST_CHECKPOINT, ENCODED_DIR
 from minigpt.data.encode import load_ids
 from minigpt.evaluate.mixture import mixture_figures
@@ -27,13 +32,29 @@ from minigpt.evaluate.scoring import target_nll
 from minigpt.model.checkpoint import load_checkpoint, model_from_checkpoint
 
 
+def smoke_project() -> Path:
+    """A scratch project on the synthetic fixture with a checkpoint from a 3-second budget-72s run."""
+    from quality_budget import one_run
+
+    scratch = Path(tempfile.mkdtemp(prefix="minigpt-mixture-"))
+    corpus, work = synthetic_corpus(scratch / "corpus"), scratch / "project"
+    prepare_project(work, corpus)
+    run = one_run("smoke", ["experiment=budget-72s", "train.max_seconds=3"], work, corpus)
+    if "val_bpc" not in run:
+        raise SystemExit(f"the smoke run did not train a model: {run}")
+    return work
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / ".work", help="a trained project folder")
     parser.add_argument("--orders", type=int, nargs="+", default=[5, 7, 9, 11])
     parser.add_argument("--discount", type=float, default=0.9, help="the n-grams' discount (baselines.discount)")
+    parser.add_argument("--smoke", action="store_true", help="train 3 s on the synthetic fixture first (CI)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    if args.smoke:
+        args.work, args.orders = smoke_project(), [3, 5]
     checkpoint = load_checkpoint(args.work / BEST_CHECKPOINT)
     model = model_from_checkpoint(checkpoint, torch.device("cpu"), "best")
     ids = {split: load_ids(args.work / ENCODED_DIR, split) for split in ("train", "val", "test")}
@@ -58,7 +79,7 @@ def main() -> None:
               f"{row['mixture_val']:.4f} test {row['mixture_test']:.4f}; n-gram weight {row['ngram_weight']:.3f}")
     out = {"machine": machine_label(), "work": str(args.work), "checkpoint_step": checkpoint.get("best_step"),
            "model_bits_per_token": model_row, "rows": rows}
-    args.out.write_text(json.dumps(out, indent=2))
+    atomic_write_text(args.out, json.dumps(out, indent=2))
     print(f"wrote {args.out}")
 
 

@@ -137,7 +137,7 @@ def main() -> None:
         for preset in presets:
             for seed in range(args.first_seed, args.first_seed + seeds):
                 row = one_run(preset, seed, work, corpus, extra)
-                rows.append({"machine": machine_kind(label), **row})
+                rows.append({"machine": machine_kind(label), "cpu_family_model": label["cpu_family_model"], **row})
                 write_results(args.out, label, args.smoke, rows)
                 fired = ", ".join(f"{n} x{c['fired']}" for n, c in row.get("fired", {}).items()) or "none"
                 print(f"{preset:<11} seed {seed:>3}: "

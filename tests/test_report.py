@@ -149,6 +149,27 @@ def test_the_comparison_marks_the_best_value_and_lists_only_differing_params():
     assert val_row.count('class="num best"') == 1 and '<td class="num best">2.9000</td>' in val_row
 
 
+def test_the_comparison_shows_separate_figures_apart_from_the_decision_metrics():
+    def run(name, evaluation):
+        return RunFiles(name=name, params={"train": {"lr": 0.001, "seed": 1}},
+                        evaluation={"val": {"bpc": 2.5}, "test": {"bpc": 2.4}, "generalization_gap": 0.01,
+                                    **evaluation})
+    plain = run("plain", {})
+    assert "no run computed a separate figure" in compare_page([plain, run("also plain", {})])
+    figures = {"dynamic": {"lr": 1e-4, "val": {"bpc": 2.3125}, "test": {"bpc": 2.2125}},
+               "mixture": {"order": 9, "weight": 0.58, "val": {"bpc": 2.1875}, "test": {"bpc": 2.0875},
+                           "ngram": {"val": {"bpc": 2.2625}, "test": {"bpc": 2.1625}}}}
+    html = compare_page([plain, run("dyn+mix", figures)])
+    table = html.split('<table class="separate-figures">')[1].split("</table>")[0]
+    rows = {r.split("</td>")[0].removeprefix("<td>"): r for r in table.split("<tr>")[2:]}
+    assert '<td class="num">–</td><td class="num">2.3125</td>' in rows["dynamic evaluation, val bits/char"]
+    assert "2.0875" in rows["model + n-gram mixture, test bits/char"]
+    assert "9, 0.420" in rows["mixture: n-gram order, its weight"]
+    assert "2.2625" in rows["the n-gram alone, val bits/char"]
+    metrics = html.split("<h2>Decision metrics</h2>")[1].split("<h2>")[0]
+    assert not any(v in metrics for v in ("2.3125", "2.2125", "2.1875", "2.0875"))
+
+
 def test_charts_skip_what_they_cannot_place_and_say_when_nothing_is_left():
     kept = drawable([Series("train", [(1, 2.0), (2, float("nan")), (3, 1.5), (float("inf"), 1.0)])])
     assert kept[0].points == [(1, 2.0), (3, 1.5)]

@@ -137,6 +137,39 @@ def watchdog_comparison(runs: list[RunFiles]) -> str:
     return table(["watchdog", *[r.name for r in runs]], rows, cls="watchdogs")
 
 
+def _separate_figure_rows(ev: dict) -> dict[str, str]:
+    """One run's dynamic-evaluation and mixture figures as label -> cell text (empty when evaluate made neither)."""
+    cells = {}
+    for key, label in (("dynamic", "dynamic evaluation"), ("mixture", "model + n-gram mixture")):
+        figure = ev.get(key)
+        if not figure:
+            continue
+        for split in SPLITS:
+            cells[f"{label}, {split} bits/char"] = fmt(figure[split]["bpc"])
+        if key == "dynamic":
+            cells["dynamic evaluation, lr"] = fmt(figure.get("lr"))
+        else:
+            cells["mixture: n-gram order, its weight"] = f"{figure['order']}, {fmt(1 - figure['weight'], 3)}"
+            for split in SPLITS:
+                cells[f"the n-gram alone, {split} bits/char"] = fmt(figure["ngram"][split]["bpc"])
+    return cells
+
+
+def separate_figures_comparison(runs: list[RunFiles]) -> str:
+    """Dynamic evaluation and the n-gram mixture per run, when any run has them: apart from the decision metrics
+    and the paired comparison, which hold each model's own static figures only."""
+    per_run = [_separate_figure_rows(r.evaluation or {}) for r in runs]
+    labels = [label for cells in per_run for label in cells]
+    labels = list(dict.fromkeys(labels))
+    if not labels:
+        return ('<p class="muted">no run computed a separate figure (<code>evaluate.dynamic</code>, '
+                "<code>evaluate.mixture_order</code>)</p>")
+    rows = [[escape(label), *[("num", cells.get(label, "–")) for cells in per_run]] for label in labels]
+    return ('<p class="muted">Separate figures, never a model\'s own val/test or its decision metrics: dynamic '
+            "evaluation keeps learning on the text it scores; the mixture adds an n-gram counted on train.</p>"
+            + table(["figure", *[r.name for r in runs]], rows, cls="separate-figures"))
+
+
 CURVES = (("validation loss", "val_loss", "nats per character", True, False),
           ("training loss", "train_loss", "nats per character", False, False),
           ("learning rate", "lr", "lr", False, False),
@@ -234,6 +267,7 @@ def compare_page(runs: list[RunFiles]) -> str:
             "<h2>Decision metrics</h2>", metrics_comparison(runs),
             "<h2>Against the best run, paired</h2>", paired_comparison(runs),
             "<h2>Seed groups</h2>", groups_comparison(runs),
+            "<h2>Separate figures</h2>", separate_figures_comparison(runs),
             "<h2>Params that differ</h2>",
             table(["param", *[r.name for r in runs]], [[f"<code>{escape(k)}</code>", *[fmt(v) for v in values]]
                                                      for k, values in params]) if params
