@@ -137,30 +137,24 @@ def watchdog_comparison(runs: list[RunFiles]) -> str:
     return table(["watchdog", *[r.name for r in runs]], rows, cls="watchdogs")
 
 
-def _separate_figure_rows(ev: dict) -> dict[str, str]:
+def _separate_figure_cells(ev: dict) -> dict[str, str]:
     """One run's dynamic-evaluation and mixture figures as label -> cell text (empty when evaluate made neither)."""
     cells = {}
-    for key, label in (("dynamic", "dynamic evaluation"), ("mixture", "model + n-gram mixture")):
-        figure = ev.get(key)
-        if not figure:
-            continue
-        for split in SPLITS:
-            cells[f"{label}, {split} bits/char"] = fmt(figure[split]["bpc"])
-        if key == "dynamic":
-            cells["dynamic evaluation, lr"] = fmt(figure.get("lr"))
-        else:
-            cells["mixture: n-gram order, its weight"] = f"{figure['order']}, {fmt(1 - figure['weight'], 3)}"
-            for split in SPLITS:
-                cells[f"the n-gram alone, {split} bits/char"] = fmt(figure["ngram"][split]["bpc"])
+    if dyn := ev.get("dynamic"):
+        cells |= {f"dynamic evaluation, {split} bits/char": fmt(dyn[split]["bpc"]) for split in SPLITS}
+        cells["dynamic evaluation, lr"] = fmt(dyn["lr"])
+    if mix := ev.get("mixture"):
+        cells |= {f"model + n-gram mixture, {split} bits/char": fmt(mix[split]["bpc"]) for split in SPLITS}
+        cells["mixture: n-gram order, its weight"] = f"{mix['order']}, {fmt(1 - mix['weight'], 3)}"
+        cells |= {f"the n-gram alone, {split} bits/char": fmt(mix["ngram"][split]["bpc"]) for split in SPLITS}
     return cells
 
 
 def separate_figures_comparison(runs: list[RunFiles]) -> str:
     """Dynamic evaluation and the n-gram mixture per run, when any run has them: apart from the decision metrics
     and the paired comparison, which hold each model's own static figures only."""
-    per_run = [_separate_figure_rows(r.evaluation or {}) for r in runs]
-    labels = [label for cells in per_run for label in cells]
-    labels = list(dict.fromkeys(labels))
+    per_run = [_separate_figure_cells(r.evaluation or {}) for r in runs]
+    labels = list(dict.fromkeys(label for cells in per_run for label in cells))  # first seen first, once each
     if not labels:
         return ('<p class="muted">no run computed a separate figure (<code>evaluate.dynamic</code>, '
                 "<code>evaluate.mixture_order</code>)</p>")
