@@ -25,6 +25,7 @@ from minigpt.report.run_files import (
     RunFiles,
     flat_params,
     load_run,
+    ngram_weight,
     revision_reader,
     workspace_reader,
 )
@@ -145,7 +146,7 @@ def _separate_figure_cells(ev: dict) -> dict[str, str]:
         cells["dynamic evaluation, lr"] = fmt(dyn["lr"])
     if mix := ev.get("mixture"):
         cells |= {f"model + n-gram mixture, {split} bits/char": fmt(mix[split]["bpc"]) for split in SPLITS}
-        cells["mixture: n-gram order, its weight"] = f"{mix['order']}, {fmt(1 - mix['weight'], 3)}"
+        cells["mixture: n-gram order, its weight"] = f"{mix['order']}, {fmt(ngram_weight(mix), 3)}"
         cells |= {f"the n-gram alone, {split} bits/char": fmt(mix["ngram"][split]["bpc"]) for split in SPLITS}
     return cells
 

@@ -55,6 +55,11 @@ class RunFiles:
         return [c for c in (self.preflight or {}).get("checks", []) if c.get("status") == "failed"]
 
 
+def ngram_weight(mixture: dict) -> float:
+    """The n-gram's share of the model + n-gram mixture: evaluation.json stores the model's weight, pages show this."""
+    return 1 - mixture["weight"]
+
+
 def _flatten(tree: dict, prefix: str = "") -> dict:
     flat = {}
     for key, value in (tree or {}).items():

@@ -11,7 +11,7 @@ from minigpt.model.precision import how_chosen
 from minigpt.report.decision import DECISION_METRICS, decision_metrics
 from minigpt.report.evidence import evidence
 from minigpt.report.html import fmt, page, table
-from minigpt.report.run_files import RunFiles
+from minigpt.report.run_files import RunFiles, ngram_weight
 from minigpt.train.shape_choice import describe as describe_shapes
 
 
@@ -178,7 +178,7 @@ def separate_figures_block(ev: dict) -> list[str]:
         rows.append([f"dynamic evaluation (lr {dyn['lr']:g})", escape(str(dyn.get("label", ""))), *bpc_cells(dyn)])
     if ev.get("mixture"):
         mix = ev["mixture"]
-        rows.append([f"model + {mix['order']}-gram (the n-gram's weight {fmt(1 - mix['weight'], 3)})",
+        rows.append([f"model + {mix['order']}-gram (the n-gram's weight {fmt(ngram_weight(mix), 3)})",
                      escape(str(mix.get("label", ""))), *bpc_cells(mix)])
         rows.append([f"the {mix['order']}-gram alone", "counted on the encoded train split, the mixture's other side",
                      *bpc_cells(mix["ngram"])])
