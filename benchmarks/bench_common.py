@@ -85,7 +85,7 @@ def copy_into_fresh_repo(repo: Path, user: str):
     return git
 
 
-DATA_STAGES = ("fetch", "clean", "tokenizer", "encode", "baselines")
+DATA_STAGES = ("fetch", "clean", "tokenizer", "encode", "soft_targets", "baselines")
 
 
 def compose_project(work: Path, corpus: Path, overrides: list[str]):
@@ -110,10 +110,11 @@ def prepare_project(work: Path, corpus: Path) -> None:
 
 
 def refresh_tokens(work: Path) -> None:
-    """The tokenizer and encode stages again, for the params now in `work` (a run with another tokenizer)."""
+    """The tokenizer, encode and soft_targets stages again, for the params now in `work` (a run with another
+    tokenizer, or other soft targets)."""
     import subprocess
 
-    for stage in ("tokenizer", "encode"):
+    for stage in ("tokenizer", "encode", "soft_targets"):
         subprocess.run([sys.executable, str(ROOT / "stages" / f"{stage}.py")], cwd=work, check=True,
                        stdout=subprocess.DEVNULL)
 

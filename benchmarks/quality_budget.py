@@ -104,7 +104,7 @@ def nanogpt_style_estimate(checkpoint_metrics: dict, params, work: Path) -> floa
 
 def one_run(name: str, overrides: list[str], work: Path, corpus: Path) -> dict:
     params = compose_project(work, corpus, [*overrides, *QUIET])
-    refresh_tokens(work)  # this run's tokenizer (tokenizer=bpe …), the data stages' text unchanged
+    refresh_tokens(work)  # this run's tokenizer (tokenizer=bpe …) and soft targets; the clean text unchanged
     clear_checkpoints(work)
     started = time.perf_counter()
     report = run_preflight(params, work)

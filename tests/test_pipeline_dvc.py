@@ -47,7 +47,8 @@ def test_preflight_gates_each_learning_rate_and_stops_dvc_on_failure(tmp_path, f
     base = ["experiment=debug", "data=local", f"data.path={fixture_dir}"]
     project = DvcProject(tmp_path / "proj", base)
     first = project.dvc("repro", "preflight")
-    assert project.stages_run(first.stdout) == ["fetch", "clean", "tokenizer", "encode", "preflight"], "no baselines"
+    assert project.stages_run(first.stdout) == ["fetch", "clean", "tokenizer", "encode", "soft_targets",
+                                                    "preflight"], "no baselines"
     report = json.loads((project.root / "reports/debug_report.json").read_text())
     assert report["passed"] is True
 
@@ -64,8 +65,8 @@ def test_preflight_gates_each_learning_rate_and_stops_dvc_on_failure(tmp_path, f
     assert report["passed"] is False and report["failed"] == ["lr_stability"]
 
 
-ALL_STAGES = ["fetch", "clean", "tokenizer", "encode", "baselines", "preflight", "train", "evaluate", "generate",
-              "report"]
+ALL_STAGES = ["fetch", "clean", "tokenizer", "encode", "soft_targets", "baselines", "preflight", "train", "evaluate",
+              "generate", "report"]
 LR_STAGES = ["preflight", "train", "evaluate", "generate", "report"]
 
 
@@ -158,7 +159,8 @@ def test_a_failing_preflight_stops_dvc_repro_before_train(tmp_path, fixture_dir)
                          ["experiment=debug", "data=local", f"data.path={fixture_dir}", "train.lr=1.0"])
     result = project.dvc("repro", check=False)
     assert result.returncode != 0
-    assert project.stages_run(result.stdout) == ["fetch", "clean", "tokenizer", "encode", "baselines", "preflight"]
+    assert project.stages_run(result.stdout) == ["fetch", "clean", "tokenizer", "encode", "soft_targets", "baselines",
+                                                 "preflight"]
     assert "lr_stability" in result.stdout
     assert not (project.root / "models").exists() or not list((project.root / "models").iterdir())
     assert json.loads((project.root / "reports/debug_report.json").read_text())["passed"] is False
@@ -206,7 +208,7 @@ def test_two_queue_workers_at_once_each_train_their_own_run_on_their_share_of_th
 
     base = ["experiment=debug", "data=local", f"data.path={fixture_dir}", "generate.max_new_tokens=40"]
     project = DvcProject(tmp_path / "proj", base)
-    project.dvc("repro", "encode", "baselines")  # the data stages once, in the workspace, as a user would
+    project.dvc("repro", "soft_targets", "baselines")  # the data stages once, in the workspace, as a user would
     project.git("add", "-A")
     project.git("commit", "-q", "-m", "data")
     overrides = [arg for o in base for arg in ("-S", o)]
@@ -255,7 +257,7 @@ def test_a_bpe_run_through_dvc_next_to_a_char_run_on_the_comparison_page(tmp_pat
     char_rev = project.git("rev-parse", "HEAD").stdout.strip()
     overrides = [arg for o in base for arg in ("-S", o)]
     bpe = project.dvc("exp", "run", *overrides, "-S", "tokenizer=bpe", "-S", "tokenizer.vocab_size=300", "-n", "bpe")
-    assert project.stages_run(bpe.stdout) == ["tokenizer", "encode", *LR_STAGES], bpe.stdout
+    assert project.stages_run(bpe.stdout) == ["tokenizer", "encode", "soft_targets", *LR_STAGES], bpe.stdout
     assert "Stage 'baselines' didn't change, skipping" in bpe.stdout
     shown = json.loads(project.dvc("exp", "show", "--json").stdout)
     rows = [run for rev in shown for run in [rev, *[r for e in (rev.get("experiments") or []) for r in e["revs"]]]]

@@ -4,7 +4,7 @@ the report records the timings and the choice, the gate binds it, and train trai
 import pytest
 
 from helpers import REPO_ROOT
-from helpers.pipeline_fixture import recompose
+from helpers.pipeline_fixture import recompose, run_stage
 from minigpt.core.config import load_params
 from minigpt.core.errors import ConfigError
 from minigpt.preflight.suite import run_preflight
@@ -73,6 +73,7 @@ TINY_SHAPES = ["experiment=budget-72s", "train.max_steps=20", "train.eval_every=
 def test_preflight_picks_the_shape_the_report_binds_and_train_trains_it(project, max_seconds, expected):
     root, source = project
     params = recompose(root, source, [*TINY_SHAPES, f"train.max_seconds={max_seconds}"])
+    run_stage(root, "soft_targets")  # the preset's soft targets (soft_targets.order 7)
     report = run_preflight(params, root)
     assert report["passed"], report["failed"]
     record = report["shape"]
@@ -93,6 +94,7 @@ def test_preflight_picks_the_shape_the_report_binds_and_train_trains_it(project,
 def test_the_gate_refuses_a_report_made_for_other_shapes_or_another_rule(project):
     root, source = project
     params = recompose(root, source, [*TINY_SHAPES, "train.max_seconds=1000000"])
+    run_stage(root, "soft_targets")
     assert run_preflight(params, root)["passed"]
     verify_gate(params, root)
     for change, named in (("budget.min_tokens_per_parameter=50", "budget.min_tokens_per_parameter"),

@@ -152,6 +152,9 @@ class TrainConfig(Section):
     # and samples from an exponential moving average of the trained weights with this decay (about 1 / (1 - decay)
     # steps of memory; minigpt.train.weight_average)
     ema_decay: Optional[float] = _must("in (0, 1) (or null for no average)", gt=0, lt=1, default=None)
+    # the weight of the soft targets (stage soft_targets: a cross-fitted n-gram's next-token distribution) in the
+    # training loss, (1 - a) CE(one-hot) + a CE(soft); 0: the one-hot targets alone (minigpt.train.distill)
+    distill_alpha: float = _must("in [0, 1)", ge=0, lt=1, default=0.0)
 
     @model_validator(mode="after")
     def _schedule_fits(self):
@@ -232,6 +235,14 @@ class BaselinesConfig(Section):
         return value
 
 
+class SoftTargetsConfig(Section):
+    """Stage soft_targets (minigpt.data.soft_targets): every train position's next-token distribution from a
+    Kneser-Ney n-gram of this order (baselines.discount) counted without that position's fold, its top tokens kept."""
+    order: int = _must("0 (build none) or in [1, 16]", ge=0, le=16)
+    top: int = _must("in [1, 64]", ge=1, le=64)
+    folds: int = _must("in [2, 20]", ge=2, le=20)
+
+
 class GenerateConfig(Section):
     prompts: list[Annotated[str, Field(min_length=1)]] = _must("a non-empty list of non-empty prompts", min_length=1)
     max_new_tokens: int = _must(f"between 1 and {MAX_NEW_TOKENS}", ge=1, le=MAX_NEW_TOKENS)
@@ -268,6 +279,15 @@ class Params(Section):
     baselines: BaselinesConfig
     generate: GenerateConfig
     budget: BudgetConfig
+    soft_targets: SoftTargetsConfig
+
+    @model_validator(mode="after")
+    def _distillation_has_targets(self):
+        if self.train.distill_alpha > 0 and self.soft_targets.order == 0:
+            raise ValueError(f"'train.distill_alpha' = {self.train.distill_alpha} needs soft targets, but "
+                             "'soft_targets.order' is 0 (none built); set soft_targets.order (e.g. 7) or "
+                             "train.distill_alpha=0.")
+        return self
 
     @model_validator(mode="after")
     def _budget_has_a_clock(self):

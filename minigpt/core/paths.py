@@ -10,6 +10,8 @@ TOKENIZER_FILE = Path("data/tokenizer/tokenizer.json")
 ENCODED_DIR = Path("data/encoded")
 # the classical baselines of the encoded splits: depend on the data alone (DVC-cached, so a sweep never refits them)
 BASELINES_REPORT = Path("data/baselines/baselines.json")
+# per train position, a cross-fitted n-gram's next-token distribution (train.distill_alpha mixes it into the loss)
+SOFT_TARGETS_DIR = Path("data/soft_targets")
 REPORTS_DIR = Path("reports")
 CLEAN_REPORT = REPORTS_DIR / "clean.json"
 DEBUG_REPORT = REPORTS_DIR / "debug_report.json"

@@ -11,11 +11,15 @@ def get_batch(
     block_size: int,
     device: torch.device | str = "cpu",
     generator: torch.Generator | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(inputs, targets), each [batch_size, block_size] long on `device`; targets[:, t] = inputs[:, t + 1]."""
+    with_starts: bool = False,
+):
+    """(inputs, targets), each [batch_size, block_size] long on `device`; targets[:, t] = inputs[:, t + 1].
+    with_starts: also the windows' first positions in data ([batch_size], on the CPU), so that what belongs to a
+    position (its soft target) can be looked up: targets[:, t] is data[starts + t + 1]."""
     if data.numel() < block_size + 1:
         raise ValueError(f"split has {data.numel()} tokens; a window needs block_size + 1 = {block_size + 1}")
     starts = torch.randint(0, data.numel() - block_size, (batch_size,), generator=generator)
     windows = data[starts[:, None] + torch.arange(block_size + 1)]
     inputs, targets = windows[:, :-1], windows[:, 1:]
-    return inputs.to(device, dtype=torch.long), targets.to(device, dtype=torch.long)
+    batch = inputs.to(device, dtype=torch.long), targets.to(device, dtype=torch.long)
+    return (*batch, starts) if with_starts else batch

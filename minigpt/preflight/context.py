@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 
 from minigpt.core.config import Params
+from minigpt.data.soft_target_files import SoftTargets
 from minigpt.data.tokenizer_files import Tokenizer
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 
@@ -29,6 +30,7 @@ class Context:
     meta: dict | None = None
     splits: dict[str, torch.Tensor] = field(default_factory=dict)
     batch: tuple[torch.Tensor, torch.Tensor] | None = None
+    soft_targets: SoftTargets | None = None  # train.distill_alpha > 0: what the run trains towards
     model: nn.Module | None = None
     rehearsal: dict | None = None
     summary: dict = field(default_factory=dict)

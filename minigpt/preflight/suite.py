@@ -20,7 +20,14 @@ from minigpt.core.paths import DEBUG_REPORT, TOKENIZER_FILE
 from minigpt.data.tokenizer_files import load_tokenizer
 from minigpt.model.devices import select_device
 from minigpt.model.gpt import MiniGPTConfig
-from minigpt.preflight import architecture_checks, data_checks, model_checks, step_checks, training_checks
+from minigpt.preflight import (
+    architecture_checks,
+    data_checks,
+    model_checks,
+    soft_target_checks,
+    step_checks,
+    training_checks,
+)
 from minigpt.preflight.checks import Check, CheckResult, run_checks
 from minigpt.preflight.context import Context
 from minigpt.train import precision_choice, shape_choice
@@ -34,7 +41,8 @@ SUMMARY_FIELDS = ("tokenizer_fingerprint", "vocab_size", "token_range", "batch_s
 # (numerical), and a correct model that does not learn (optimisation)
 FAMILIES = {
     "environment": "correctness", "files": "correctness", "tokenizer": "correctness", "token_ids": "correctness",
-    "batch_shift": "correctness", "forward_shapes": "correctness", "initial_loss": "numerical",
+    "batch_shift": "correctness", "soft_targets": "correctness", "soft_targets_held_out": "correctness",
+    "soft_targets_aligned": "correctness", "forward_shapes": "correctness", "initial_loss": "numerical",
     "causal_independence": "correctness", "architecture": "correctness", "gradients": "numerical",
     "optimizer_update": "optimisation",
     "decay_split": "optimisation", "lr_schedule": "optimisation", "clipping_contract": "numerical",
@@ -43,8 +51,8 @@ FAMILIES = {
 }
 CHECKS: tuple[Check, ...] = tuple(
     replace(check, family=FAMILIES[check.name])
-    for check in (data_checks.CHECKS + model_checks.CHECKS + architecture_checks.CHECKS + step_checks.CHECKS
-                  + training_checks.CHECKS))
+    for check in (data_checks.CHECKS + soft_target_checks.CHECKS + model_checks.CHECKS + architecture_checks.CHECKS
+                  + step_checks.CHECKS + training_checks.CHECKS))
 
 
 def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict, precision: dict,

@@ -1,6 +1,7 @@
 """Preflight's rehearsal of the training run, through the run's own step (minigpt.train.train_step): its optimizer,
 its LR schedule (warmup shortened to at most preflight.rehearsal_warmup_max steps), its precision, its
-clipping, on real train batches of preflight.batch_size windows.
+clipping, on real train batches of preflight.batch_size windows (with their soft targets when train.distill_alpha > 0,
+drawn by minigpt.train.distill.draw_batch as the loop draws them).
 
 Three checks read it:
 - lr_stability: the rehearsal stays finite, applies the configured peak LR, and does not diverge;
@@ -28,7 +29,7 @@ from minigpt.model.gpt import MiniGPTConfig
 from minigpt.model.nonfinite import NonFiniteTracker
 from minigpt.preflight.checks import Check, CheckFailed
 from minigpt.preflight.context import Context
-from minigpt.train import train_step
+from minigpt.train import distill, train_step
 
 # a rise must last this many steps (the running median's window is 2 * SUSTAIN - 1) to count as divergence:
 # one odd batch (a table of numbers, a run of rare characters) lifts a single step's loss by nats
@@ -85,9 +86,10 @@ def rehearse(ctx: Context) -> dict:
     gen = ctx.generator(5)
     with NonFiniteTracker(model) as tracker:
         for step in range(1, steps + 1):
-            inputs, targets = batching.get_batch(ctx.splits["train"], pre.batch_size, block, ctx.device, gen)
+            inputs, targets, soft = distill.draw_batch(ctx.splits["train"], pre.batch_size, block, ctx.device, gen,
+                                                       ctx.soft_targets)
             tracker.reset()
-            result = run_step(inputs, targets, step)
+            result = run_step(inputs, targets, step, soft=soft)
             record["lrs"].append(result.lr)
             if not result.stepped:
                 what = f"loss {result.loss}" if not math.isfinite(result.loss) else f"gradient norm {result.grad_norm}"
@@ -215,7 +217,7 @@ def check_single_batch_overfit(ctx: Context) -> dict:
 
 
 CHECKS: tuple[Check, ...] = (
-    Check("lr_stability", check_lr_stability, ("forward_shapes", "optimizer_update"),
+    Check("lr_stability", check_lr_stability, ("forward_shapes", "optimizer_update", "soft_targets_aligned"),
           lambda c: (f"the run's step, schedule and precision: {rehearsal_warmup(c)} warmup steps, then "
                      f"{c.params.preflight.rehearsal_steps} steps near the peak lr {c.params.train.lr:g} "
                      f"(batch {c.params.preflight.batch_size}): finite; LRs in (0, peak], the peak reached; the "

@@ -173,13 +173,42 @@ def _overfit(m: dict) -> Lines:
             ("with dropout 0.2", f"final loss {_num(dropout.get('final_loss'))} nats")]
 
 
+def _unused_or(lines: Callable[[dict], Lines]) -> Callable[[dict], Lines]:
+    return lambda m: lines(m) if m.get("used") else [("soft targets", "not used (train.distill_alpha 0)")]
+
+
+@_unused_or
+def _soft_targets(m: dict) -> Lines:
+    built = (f"{_num(m.get('positions'))} train positions, top {_num(m.get('top'))} tokens of an order "
+             f"{_num(m.get('order'))} n-gram, {_num(m.get('folds'))} folds, discount {_num(m.get('discount'))}")
+    quality = (f"{_num(m.get('bits_per_token'))} bits/token held out, {_num(m.get('kept_mass'))} of the mass kept; "
+               f"rows sum to {_num(m.get('row_sum_min'))} … {_num(m.get('row_sum_max'))}")
+    return [("built", built), ("quality", quality)]
+
+
+@_unused_or
+def _soft_targets_held_out(m: dict) -> Lines:
+    return [("recounted", f"fold {_num(m.get('fold'))}, {_num(m.get('positions_compared'))} positions: stored and "
+                          f"recounted without the fold differ by at most {_num(m.get('max_abs_difference'))}"),
+            ("mass on the next token", f"stored {_num(m.get('stored_mass_on_next_token'))}, held out "
+                                       f"{_num(m.get('held_out_mass_on_next_token'))}")]
+
+
+@_unused_or
+def _soft_targets_aligned(m: dict) -> Lines:
+    return [("soft targets' mass", f"on the targets {_num(m.get('mass_on_targets'))}, on the inputs "
+                                   f"{_num(m.get('mass_on_inputs'))}, on the token after each target "
+                                   f"{_num(m.get('mass_on_next_target'))}")]
+
+
 def _scalars(m: dict) -> Lines:
     return [(key, _num(value)) for key, value in m.items() if isinstance(value, (int, float, bool, str))][:8]
 
 
 FORMATTERS: dict[str, Callable[[dict], Lines]] = {
     "environment": _environment, "files": _files, "tokenizer": _tokenizer, "token_ids": _token_ids,
-    "batch_shift": _batch_shift, "forward_shapes": _forward_shapes, "initial_loss": _initial_loss,
+    "batch_shift": _batch_shift, "soft_targets": _soft_targets, "soft_targets_held_out": _soft_targets_held_out,
+    "soft_targets_aligned": _soft_targets_aligned, "forward_shapes": _forward_shapes, "initial_loss": _initial_loss,
     "causal_independence": _causal,
     "architecture": _architecture, "gradients": _gradients, "optimizer_update": _optimizer_update,
     "decay_split": _decay_split,

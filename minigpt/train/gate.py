@@ -12,18 +12,19 @@ from pathlib import Path
 from minigpt.core.code_binding import changed_files, code_fingerprint, name_files
 from minigpt.core.config import Params
 from minigpt.core.errors import MinigptError
-from minigpt.core.io_utils import canonical_json_digest, read_json
-from minigpt.core.paths import DEBUG_REPORT, ENCODED_DIR, SPLITS, TOKENIZER_FILE
+from minigpt.core.io_utils import canonical_json_digest, read_json, sha256_file
+from minigpt.core.paths import DEBUG_REPORT, ENCODED_DIR, SOFT_TARGETS_DIR, SPLITS, TOKENIZER_FILE
 from minigpt.data.encode import split_hashes
+from minigpt.data.soft_target_files import ARRAYS_NAME
 from minigpt.data.tokenizer_files import load_tokenizer
 
 # train.* keys whose value changes what preflight proves (the gate refuses a report made with other values):
 # the rehearsal runs the run's optimizer, schedule (over max_steps, down to min_lr), clipping and precision;
 # precision auto is timed at the run's batch size, and budget.choose_shape picks from the tokens in max_seconds
 GATED_TRAIN_KEYS = ("lr", "min_lr", "max_steps", "warmup_steps", "weight_decay", "betas", "grad_clip", "device",
-                    "precision", "batch_size", "max_seconds", "optimizer")
+                    "precision", "batch_size", "max_seconds", "optimizer", "distill_alpha")
 # whole sections the report binds (with GATED_TRAIN_KEYS); dvc.yaml's preflight params list the same
-GATED_SECTIONS = ("model", "preflight", "budget")
+GATED_SECTIONS = ("model", "preflight", "budget", "soft_targets")
 
 
 class PreflightFailed(MinigptError):
@@ -42,14 +43,16 @@ def gated_config(params: Params) -> dict:
 
 def current_fingerprints(params: Params, root: Path = Path(".")) -> dict:
     """What a report is bound to: the encoded arrays' SHA-256, the tokenizer fingerprint, the gated config, the
-    run's code."""
+    run's code, and the soft targets' SHA-256 when the run trains on them (else None)."""
     encoded = split_hashes(root / ENCODED_DIR)
     try:
         tokenizer = load_tokenizer(root / TOKENIZER_FILE).fingerprint
     except MinigptError:
         tokenizer = None
+    targets = root / SOFT_TARGETS_DIR / ARRAYS_NAME
+    soft = sha256_file(targets) if params.train.distill_alpha > 0 and targets.is_file() else None
     return {"encoded": encoded, "tokenizer": tokenizer, "config": canonical_json_digest(gated_config(params)),
-            "code": code_fingerprint()}
+            "code": code_fingerprint(), "soft_targets": soft}
 
 
 def run_params(params: Params, report: dict, path: Path = Path(DEBUG_REPORT)) -> Params:
@@ -99,6 +102,8 @@ def verify_gate(params: Params, root: Path = Path("."), report_path: Path | None
     stale = [f"encoded {s}" for s in SPLITS if (then.get("encoded") or {}).get(s) != now["encoded"][s]]
     if then.get("tokenizer") != now["tokenizer"]:
         stale.append("tokenizer")
+    if then.get("soft_targets") != now["soft_targets"]:
+        stale.append("soft targets")
     if then.get("config") != now["config"]:
         old = report.get("config") or {}
         new = gated_config(params)

@@ -31,7 +31,6 @@ from minigpt.core.paths import (
     TRAIN_LOCK,
     TRAIN_SUMMARY,
 )
-from minigpt.data import batching
 from minigpt.data.tokenizer_files import Tokenizer, load_tokenizer
 from minigpt.model import batch_loss
 from minigpt.model.checkpoint import (
@@ -41,7 +40,7 @@ from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 from minigpt.model.nonfinite import NonFiniteTracker
 from minigpt.model.precision import how_chosen
 from minigpt.model.sampling import SamplingSettings, sample_text
-from minigpt.train import distributed, shape_choice, train_step
+from minigpt.train import distill, distributed, shape_choice, train_step
 from minigpt.train.distributed import Dist
 from minigpt.train.gate import verify_gate
 from minigpt.train.precision_choice import choose_training_precision
@@ -142,9 +141,10 @@ def _loop(run: Run, stop: StopRequest) -> dict:
                 # other minigpt processes started or ended: take this process's share
                 run.threads_used.add(thread_share.rebalance())
             started = time.perf_counter()
-            inputs, targets = batching.get_batch(run.train_ids, per_rank_batch, block, device, run.batch_gen)
+            inputs, targets, soft = distill.draw_batch(run.train_ids, per_rank_batch, block, device, run.batch_gen,
+                                                       run.soft_targets)
             # the pre-clip norm is identical on every rank after DDP's all-reduce, so all ranks stop together
-            result = run.scheduled_step(inputs, targets, step, progress.elapsed_s / budget if budget else 0.0)
+            result = run.scheduled_step(inputs, targets, step, progress.elapsed_s / budget if budget else 0.0, soft)
             lr = result.scheduled_lr
             if not result.stepped:
                 _raise_diverged(run, step, result, inputs, targets)

@@ -17,8 +17,9 @@ import torch.nn as nn
 from minigpt.core.code_binding import code_fingerprint
 from minigpt.core.config import Params
 from minigpt.core.errors import DataError
-from minigpt.core.paths import ENCODED_DIR, TOKENIZER_FILE, TRAIN_LOG
+from minigpt.core.paths import ENCODED_DIR, SOFT_TARGETS_DIR, TOKENIZER_FILE, TRAIN_LOG
 from minigpt.data.encode import load_split
+from minigpt.data.soft_target_files import SoftTargets, load_soft_targets
 from minigpt.data.tokenizer_files import Tokenizer, load_tokenizer
 from minigpt.model.checkpoint import CheckpointError, load_state_strict, save_checkpoint
 from minigpt.model.gpt import MiniGPTConfig
@@ -63,6 +64,7 @@ class Run:
     watch: Watchdogs | None = None
     threads_used: set[int] = field(default_factory=set)  # torch's threads at each rebalance (thread_share)
     average: WeightAverage | None = None  # train.ema_decay: the weights evaluated, kept as best and sampled
+    soft_targets: SoftTargets | None = None  # train.distill_alpha > 0: every train position's soft target
 
     @property
     def scored_model(self) -> nn.Module:
@@ -112,7 +114,9 @@ def prepare_run(params: Params, root: Path, ddp: Dist, say, model_factory) -> Ru
               train_step.ScheduledStep(model, cfg),
               torch.Generator().manual_seed(cfg.seed * 1000 + ddp.rank),  # different data on every rank
               {"resume_fingerprint": fingerprint, "code_fingerprint": code},
-              average=WeightAverage(model, cfg.ema_decay) if cfg.ema_decay is not None else None)
+              average=WeightAverage(model, cfg.ema_decay) if cfg.ema_decay is not None else None,
+              soft_targets=load_soft_targets(root / SOFT_TARGETS_DIR, root / ENCODED_DIR)
+              if cfg.distill_alpha > 0 else None)
     checkpoint = find_resume_checkpoint(params, fingerprint, code, root, say)
     if checkpoint is not None:
         continue_from(run, checkpoint)

@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 
 from minigpt.model import batch_loss
-from minigpt.train import optim
+from minigpt.train import distill, optim
 
 
 def cosine_with_warmup(step: int, warmup_steps: int, total_steps: int, max_lr: float, min_lr: float | None = None,
@@ -65,22 +65,27 @@ class StepResult:
 
 
 def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor, targets: torch.Tensor,
-                  lr: float, precision: str, grad_clip: float, clip_params=None) -> StepResult:
+                  lr: float, precision: str, grad_clip: float, clip_params=None, soft: distill.Soft | None = None,
+                  distill_alpha: float = 0.0) -> StepResult:
     """lr into every group -> forward in the run's precision -> loss -> zero_grad, backward -> clip -> step.
 
     The optimizer does not step on a non-finite loss or gradient norm; the gradients are left in place, so the
     caller can say where they went non-finite. clip_params: the parameters to clip (the unwrapped model's under
-    DDP / torch.compile; default: model.parameters()).
+    DDP / torch.compile; default: model.parameters()). soft: the batch's soft targets, mixed into the objective with
+    weight distill_alpha (minigpt.train.distill); the result's loss is the one-hot CE either way.
     """
     for group in optimizer.param_groups:
         group["lr"] = lr
-    loss = batch_loss.calc_loss_batch(model, inputs, targets, precision)
+    if soft is None or distill_alpha == 0:
+        loss = objective = batch_loss.calc_loss_batch(model, inputs, targets, precision)
+    else:
+        objective, loss = distill.distilled_loss(model, inputs, targets, soft, distill_alpha, precision)
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    objective.backward()
     grad_norm = float(torch.nn.utils.clip_grad_norm_(list(model.parameters()) if clip_params is None else clip_params,
                                                      grad_clip))
     loss_value = float(loss.detach())
-    finite = math.isfinite(loss_value) and math.isfinite(grad_norm)
+    finite = math.isfinite(loss_value) and math.isfinite(float(objective.detach())) and math.isfinite(grad_norm)
     if finite:
         optim.orthogonalise_in(optimizer, precision)
         optimizer.step()
@@ -106,9 +111,10 @@ class ScheduledStep:
         return scheduled_lr(self.train_cfg, step, time_fraction, self.warmup_steps)
 
     def __call__(self, inputs: torch.Tensor, targets: torch.Tensor, step: int,
-                 time_fraction: float = 0.0) -> StepResult:
+                 time_fraction: float = 0.0, soft: distill.Soft | None = None) -> StepResult:
         lr = self.lr_at(step, time_fraction)
         cfg = self.train_cfg
+        distilled = {} if soft is None else {"soft": soft, "distill_alpha": cfg.distill_alpha}
         result = training_step(self.forward_model, self.optimizer, inputs, targets, lr, cfg.precision, cfg.grad_clip,
-                               self.model.parameters())
+                               self.model.parameters(), **distilled)
         return StepResult(result.loss, result.grad_norm, result.lr, result.stepped, scheduled_lr=lr)

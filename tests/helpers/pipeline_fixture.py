@@ -12,7 +12,7 @@ from helpers import REPO_ROOT
 from minigpt.core.compose import compose_params
 from minigpt.core.config import load_params
 
-DATA_STAGES = ("fetch", "clean", "tokenizer", "encode", "baselines")
+DATA_STAGES = ("fetch", "clean", "tokenizer", "encode", "soft_targets", "baselines")
 
 
 def build_project(root: Path, source_dir: Path, overrides: list[str] = ()) -> Path:
@@ -20,9 +20,14 @@ def build_project(root: Path, source_dir: Path, overrides: list[str] = ()) -> Pa
     compose_params(root / "params.yaml", REPO_ROOT / "conf",
                    ["experiment=debug", "data=local", f"data.path={source_dir}", *overrides])
     for stage in DATA_STAGES:
-        subprocess.run([sys.executable, str(REPO_ROOT / "stages" / f"{stage}.py")], cwd=root, check=True,
-                       capture_output=True)
+        run_stage(root, stage)
     return root
+
+
+def run_stage(root: Path, name: str) -> None:
+    """One stage script in the project (e.g. soft_targets after a recompose that changed soft_targets.*)."""
+    subprocess.run([sys.executable, str(REPO_ROOT / "stages" / f"{name}.py")], cwd=root, check=True,
+                   capture_output=True)
 
 
 def copy_project(src: Path, dst: Path) -> Path:

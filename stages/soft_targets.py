@@ -1,0 +1,22 @@
+"""Stage soft_targets: every train position's next-token distribution from an n-gram counted without that
+position's fold -> data/soft_targets/ (what train.distill_alpha mixes into the training loss)."""
+
+from minigpt.core.paths import ENCODED_DIR, SOFT_TARGETS_DIR
+from minigpt.core.stage import stage_main
+from minigpt.data.soft_target_files import build_soft_targets
+
+
+def run(params):
+    cfg = params.soft_targets
+    summary = build_soft_targets(ENCODED_DIR, SOFT_TARGETS_DIR, cfg.order, cfg.top, cfg.folds,
+                                 params.baselines.discount)
+    if not cfg.order:
+        print("[soft_targets] soft_targets.order 0: none built (train.distill_alpha must be 0)")
+        return
+    print(f"[soft_targets] {summary['positions']:,} positions, order {cfg.order}, {cfg.folds} folds, top "
+          f"{summary['top']}: {summary['bits_per_token']:.3f} bits/token held out, {summary['kept_mass']:.3f} of "
+          f"the mass kept ({summary['seconds']:.1f} s)")
+
+
+if __name__ == "__main__":
+    raise SystemExit(stage_main("soft_targets", run))
