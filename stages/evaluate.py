@@ -4,14 +4,19 @@ from pathlib import Path
 
 from minigpt.core.io_utils import atomic_write_json
 from minigpt.core.paths import EVAL_BLOCKS, EVAL_REPORT
+from minigpt.core.provenance import Custody
 from minigpt.core.stage import stage_main
 from minigpt.evaluate.checkpoint_eval import evaluate_with_blocks
 
 
 def run(params):
-    metrics, blocks = evaluate_with_blocks(params, Path("."))
+    custody = Custody("evaluate")
+    custody.clear(EVAL_REPORT, EVAL_BLOCKS)  # a failed run leaves nothing that could pass for its result
+    metrics, blocks = evaluate_with_blocks(params, Path("."), custody=custody)
     atomic_write_json(EVAL_BLOCKS, blocks)
     atomic_write_json(EVAL_REPORT, metrics)
+    custody.made(EVAL_REPORT, EVAL_BLOCKS)
+    custody.write()
     for split in ("val", "test"):
         m = metrics[split]
         low, high = m["bpc_ci95"]

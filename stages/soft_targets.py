@@ -2,14 +2,18 @@
 position's fold -> data/soft_targets/ (what train.distill_alpha mixes into the training loss)."""
 
 from minigpt.core.paths import ENCODED_DIR, SOFT_TARGETS_DIR
+from minigpt.core.provenance import SOFT_TARGETS_FILE, Custody
 from minigpt.core.stage import stage_main
-from minigpt.data.soft_target_files import build_soft_targets
+from minigpt.data.soft_target_files import SUMMARY_NAME, build_soft_targets
 
 
 def run(params):
     cfg = params.soft_targets
+    custody = Custody("soft_targets")
     summary = build_soft_targets(ENCODED_DIR, SOFT_TARGETS_DIR, cfg.order, cfg.top, cfg.folds,
-                                 params.baselines.discount)
+                                 params.baselines.discount, custody)
+    custody.made(SOFT_TARGETS_DIR / SUMMARY_NAME, *([SOFT_TARGETS_FILE] if cfg.order else []))
+    custody.write()
     if not cfg.order:
         print("[soft_targets] soft_targets.order 0: none built (train.distill_alpha must be 0)")
         return

@@ -14,11 +14,10 @@ import pytest
 
 from helpers import REPO_ROOT
 from helpers.params_edits import refusal
-from helpers.pipeline_fixture import recompose
-from helpers.tiny_models import train_quickly
+from helpers.pipeline_fixture import recompose, record_as_written
+from helpers.tiny_models import save_as_trained, train_quickly
 from minigpt.evaluate.baselines import baseline_ladder, conditional_bits, ids_as_bytes, unigram_bits, xz
 from minigpt.evaluate.ngram import kneser_ney_bits
-from minigpt.model.checkpoint import save_checkpoint
 
 
 def brute_force_kneser_ney(train, seq, vocab, order, discount):
@@ -124,17 +123,25 @@ def test_evaluate_refuses_baselines_of_other_data(project):
     root, source = project
     recompose(root, source, [])
     model, tok = train_quickly(root, 250)
-    save_checkpoint(root / "models/mini_gpt_best.pt", model, tok.fingerprint, best_step=250, elapsed_s=1.0)
+    save_as_trained(root, model, tok.fingerprint, best_step=250, elapsed_s=1.0)
     path = root / "data/baselines/baselines.json"
     ladder = json.loads(path.read_text())
     ladder["data"]["val"] = "0" * 64
     path.write_text(json.dumps(ladder))
     result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/evaluate.py")], cwd=root, capture_output=True,
                             text=True)
+    assert result.returncode == 1, "edited after the baselines stage wrote it: its provenance record disagrees"
+    assert "stage 'evaluate' was about to read its baselines, but the file is not the one stage 'baselines' " \
+           "recorded writing" in result.stderr
+    # a ladder the baselines stage itself wrote for other data (its record agrees): evaluate's own check refuses it
+    record_as_written(root, "baselines", path)
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/evaluate.py")], cwd=root, capture_output=True,
+                            text=True)
     assert result.returncode == 1
     assert ("data/baselines/baselines.json: computed for other data (clean val changed since); "
             "run `dvc repro baselines`") in result.stderr
     path.write_text(json.dumps({"rows": [], "data": {}}))
+    record_as_written(root, "baselines", path)
     result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/evaluate.py")], cwd=root, capture_output=True,
                             text=True)
     assert result.returncode == 1
@@ -142,8 +149,10 @@ def test_evaluate_refuses_baselines_of_other_data(project):
     path.unlink()
     result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/evaluate.py")], cwd=root, capture_output=True,
                             text=True)
-    assert result.returncode == 1 and "baselines.json: not found; run `dvc repro baselines`" in result.stderr
+    assert result.returncode == 1 and "baselines.json: not found, so stage 'evaluate' cannot read its baselines; " \
+                                      "run `dvc repro baselines`" in result.stderr
     assert not (root / "reports/evaluation.json").exists()
+
 
 
 @pytest.mark.parametrize("key,value,message", [

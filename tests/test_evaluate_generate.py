@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from helpers import REPO_ROOT
 from helpers.pipeline_fixture import recompose
-from helpers.tiny_models import small_config, train_quickly
+from helpers.tiny_models import save_as_trained, small_config, train_quickly
 from minigpt.core.config import CleanConfig
 from minigpt.core.errors import ConfigError
 from minigpt.data.textstats import (
@@ -121,7 +121,7 @@ def test_evaluate_and_generate_stages_on_a_trained_checkpoint(project):
     root, source = project
     recompose(root, source, ["generate.max_new_tokens=40", "evaluate.dynamic=true", "evaluate.mixture_order=5"])
     model, tok = train_quickly(root, 250)
-    save_checkpoint(root / "models/mini_gpt_best.pt", model, tok.fingerprint, best_step=250, elapsed_s=1.0)
+    save_as_trained(root, model, tok.fingerprint, best_step=250, elapsed_s=1.0)
     for stage in ("evaluate", "generate"):
         result = subprocess.run([sys.executable, str(REPO_ROOT / f"stages/{stage}.py")], cwd=root, capture_output=True,
                                 text=True)
@@ -180,7 +180,7 @@ def test_untrained_checkpoint_is_an_error_not_a_metric(project):
     root, source = project
     recompose(root, source, [])
     model, tok = train_quickly(root, 0)
-    save_checkpoint(root / "models/mini_gpt_best.pt", model, tok.fingerprint)
+    save_as_trained(root, model, tok.fingerprint)
     result = subprocess.run([sys.executable, str(REPO_ROOT / "stages/evaluate.py")], cwd=root, capture_output=True,
                             text=True)
     assert result.returncode == 1 and "does not beat the unigram baseline's" in result.stderr

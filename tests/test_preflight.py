@@ -1,6 +1,5 @@
 """The preflight checks: the correct pipeline passes; each deliberate break fails its own check, by name."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from helpers import REPO_ROOT
-from helpers.pipeline_fixture import recompose
+from helpers.pipeline_fixture import load_stage, recompose
 from helpers.planted_bugs import (
     lr_zero_after_warmup,
     zero_grad_between_backward_and_step,
@@ -405,13 +404,6 @@ def detached_forward(self, inputs, targets=None):
     logits = self.head(self.ln_f(x))
     loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
     return logits, loss
-
-
-def load_stage(name):
-    spec = importlib.util.spec_from_file_location(f"stage_{name}", REPO_ROOT / "stages" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_a_detached_residual_stream_fails_by_name_with_a_report_and_no_traceback(project, monkeypatch, capsys):

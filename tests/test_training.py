@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from helpers import REPO_ROOT
-from helpers.pipeline_fixture import recompose
+from helpers.pipeline_fixture import recompose, record_as_written
 from minigpt.core.errors import MinigptError
 from minigpt.model import batch_loss
 from minigpt.model.checkpoint import CheckpointError, load_checkpoint
@@ -426,6 +426,7 @@ def test_a_val_split_too_short_for_one_window_is_a_clear_error_before_training(p
     np_val = root / "data/encoded/val.npy"
     import numpy as np
     np.save(np_val, np.load(np_val)[: params.model.block_size])
+    record_as_written(root, "encode", np_val)
     with pytest.raises(MinigptError, match=r"val.npy: 32 tokens, fewer than one window of model.block_size \+ 1 = 33"):
         train(params, root, require_gate=False, out=lambda _m: None)
     assert not (root / "reports/train_log.jsonl").exists()

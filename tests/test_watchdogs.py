@@ -11,7 +11,7 @@ from helpers.params_edits import refusal
 from helpers.pipeline_fixture import recompose
 from minigpt.core.config import load_params
 from minigpt.data import batching
-from minigpt.train import train_step
+from minigpt.train import schedule_spec, train_step
 from minigpt.train.loop import train
 from minigpt.train.watchdogs import LEVELS, Watchdogs, WatchdogStop
 
@@ -57,7 +57,7 @@ def test_lr_applied_stops_when_a_group_applies_another_lr():
     d = dogs()
     assert step(d, 1) == []
     with pytest.raises(WatchdogStop, match=r"watchdog lr_applied stopped the run at step 2: at step 2 optimizer "
-                                           r"group 1 applied lr 0.0005 but the schedule says 0.001"):
+                                           r"group 1 applied lr 0.0005 but the specified schedule says 0.001"):
         step(d, 2, optimizer=FakeOptimizer(1e-3, 5e-4))
 
 
@@ -148,6 +148,21 @@ def test_an_applied_lr_that_differs_from_the_schedule_stops_the_run(project, mon
     assert read_log(root)[-1]["watch"][0]["name"] == "lr_applied"
 
 
+def test_a_loop_that_applies_the_schedule_one_step_late_is_stopped_by_lr_applied(project, monkeypatch):
+    """The schedule as the step computes it is shifted by one step (preflight's rehearsal only bounds the LRs it
+    applies): every group agrees with the step's own value, so only the specification from params, an
+    implementation of its own, can see it."""
+    root, source = project
+    params = recompose(root, source, FAST)
+    real = train_step.ScheduledStep.lr_at
+    monkeypatch.setattr(train_step.ScheduledStep, "lr_at", lambda self, step, fraction=0.0: real(self, step - 1,
+                                                                                                 fraction))
+    with pytest.raises(WatchdogStop) as info:
+        train(params, root, require_gate=False, out=lambda _m: None)
+    assert str(info.value).startswith("watchdog lr_applied stopped the run at step 1: at step 1 optimizer group 0 "
+                                      "applied lr 0 but the specified schedule says")
+
+
 def test_a_step_whose_gradients_vanish_stops_with_the_last_checkpoint_kept(project, monkeypatch):
     root, source = project
     params = recompose(root, source, FAST)
@@ -182,9 +197,12 @@ def test_a_loss_that_stops_improving_warns(project, monkeypatch):
     root, source = project
     params = recompose(root, source, FAST)
     real = train_step.cosine_with_warmup
-    # the LR at 0 from step 11 on (the applied LR follows the schedule, so only the loss tells)
+    # the LR at 0 from step 11 on, as specified (the applied LR follows the specification, so only the loss tells)
     monkeypatch.setattr(train_step, "cosine_with_warmup",
                         lambda step, *a, **k: real(step, *a, **k) if step <= 10 else 0.0)
+    specified = schedule_spec.specified_lr
+    monkeypatch.setattr(schedule_spec, "specified_lr", lambda cfg, step, f=0.0: specified(cfg, step, f) if step <= 10
+                        else 0.0)
     messages = []
     summary = train(params, root, require_gate=False, out=messages.append)
     checks = summary["watchdogs"]["checks"]
@@ -201,6 +219,9 @@ def test_a_loss_that_rises_for_several_evals_stops_as_diverging(project, monkeyp
     # after step 60 the LR climbs far above anything this model tolerates (clipping keeps it finite)
     monkeypatch.setattr(train_step, "cosine_with_warmup",
                         lambda step, *a, **k: real(step, *a, **k) if step <= 60 else 0.003 * 1.08 ** (step - 60))
+    specified = schedule_spec.specified_lr  # as specified: only the loss tells
+    monkeypatch.setattr(schedule_spec, "specified_lr", lambda cfg, step, f=0.0: specified(cfg, step, f) if step <= 60
+                        else 0.003 * 1.08 ** (step - 60))
     with pytest.raises(WatchdogStop) as info:
         train(params, root, require_gate=False, out=lambda _m: None)
     assert "watchdog train_diverging stopped the run at step" in str(info.value)
@@ -291,7 +312,9 @@ def test_the_pages_show_warnings_and_stops(project, monkeypatch):
 
     (root / "reports/train_summary.json").unlink()
     (root / "models/mini_gpt_latest.pt").unlink()
-    monkeypatch.setattr(train_step, "cosine_with_warmup", lambda *a, **k: float("nan") if a[0] == 5 else 1e-3)
+    schedule = train_step.cosine_with_warmup
+    monkeypatch.setattr(train_step, "cosine_with_warmup",
+                        lambda *a, **k: float("nan") if a[0] == 5 else schedule(*a, **k))
     real = train_step.training_step
     monkeypatch.setattr(train_step, "training_step",
                         lambda m, o, x, y, lr, *a, **k: real(m, o, x, y, lr if lr == lr else 1e-3, *a, **k))

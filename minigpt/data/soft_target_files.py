@@ -13,6 +13,7 @@ import torch
 
 from minigpt.core.errors import DataError
 from minigpt.core.io_utils import atomic_directory, atomic_write_json, read_json
+from minigpt.core.provenance import Custody
 from minigpt.data.encode import load_ids, load_meta
 from minigpt.data.soft_targets import crossfit_soft_targets
 from minigpt.data.tokenizer import ids_dtype
@@ -23,16 +24,20 @@ FIX = "run `dvc repro soft_targets` (or `dvc repro`)"
 
 
 def build_soft_targets(encoded_dir: str | Path, out_dir: str | Path, order: int, top: int, folds: int,
-                       discount: float) -> dict:
+                       discount: float, custody: Custody | None = None) -> dict:
     """Write out_dir (atomically, as a whole directory) from encoded train; return the summary. Order 0 writes
-    the summary alone (no targets)."""
+    the summary alone (no targets). `custody` (the stage's record) checks encoded train and records what was used."""
     meta = load_meta(encoded_dir)
     vocab = int(meta["vocab_size"])
     summary = {"order": order, "top": min(top, vocab), "folds": folds, "discount": discount, "vocab_size": vocab,
                "train_sha256": meta["splits"]["train"]["sha256"]}
     with atomic_directory(out_dir) as tmp:
         if order > 0:
+            if custody is not None:
+                custody.take("train ids")
             train = np.asarray(load_ids(encoded_dir, "train"), dtype=np.int64)
+            if custody is not None:
+                custody.used("train ids", train)
             if len(train) <= folds:
                 raise DataError(f"{encoded_dir}: train has {len(train)} tokens, too few for {folds} folds "
                                 "(soft_targets.folds); lower it or use more data.")

@@ -24,6 +24,7 @@ import numpy as np
 
 from minigpt.core.io_utils import sha256_bytes
 from minigpt.core.paths import clean_split_path
+from minigpt.core.provenance import Custody
 from minigpt.core.stage import read_text
 from minigpt.data.tokenizer import CharTokenizer
 from minigpt.evaluate.ngram import kneser_ney_bits
@@ -80,11 +81,19 @@ def character_ids(clean_dir: str | Path, placeholder: str) -> tuple[dict[str, np
     return ids, chars.vocab_size, hashes
 
 
-def baseline_ladder(clean_dir: str | Path, placeholder: str, cfg) -> dict:
-    """The ladder for reports: {"rows": [...], "best_static": name, "vocab_size", "data": clean split hashes}."""
+def baseline_ladder(clean_dir: str | Path, placeholder: str, cfg, custody: Custody | None = None) -> dict:
+    """The ladder for reports: {"rows": [...], "best_static": name, "vocab_size", "data": clean split hashes}.
+    `custody` (the stage's record) checks the clean splits and records the characters fitted on and scored."""
+    roles = {"train": "fitted on", **{s: s for s in SCORED_SPLITS}}
+    if custody is not None:
+        for role in roles.values():
+            custody.take(role)
     ids, vocab, hashes = character_ids(clean_dir, placeholder)
     train = ids["train"]
     splits = {s: ids[s] for s in SCORED_SPLITS}
+    if custody is not None:  # every predictor below is fitted on `train` and scores `splits`: these very arrays
+        for split, used in {"train": train, **splits}.items():
+            custody.used(roles[split], used, kind="characters", placeholder=placeholder)
     tokens = {s: len(ids) - 1 for s, ids in splits.items()}
     rows = [_row("uniform", "static", {s: tokens[s] * math.log2(vocab) for s in splits}, tokens, 0.0)]
     started = time.perf_counter()

@@ -18,14 +18,17 @@ from minigpt.core.paths import (
     TOKENIZER_FILE,
     clean_split_path,
 )
+from minigpt.core.provenance import Custody
 from minigpt.data.encode import load_ids, split_hashes
 from minigpt.evaluate.dynamic import LABEL as DYNAMIC_LABEL
 from minigpt.evaluate.dynamic import dynamic_score
 from minigpt.evaluate.intervals import bpc_interval, character_blocks
 from minigpt.evaluate.mixture import mixture_figures
 from minigpt.evaluate.scoring import summarise, target_chars, target_nll
+from minigpt.evaluate.scoring_checks import determinism, scoring_checks
 from minigpt.model.checkpoint import load_trained_model
 from minigpt.model.devices import select_device
+from minigpt.model.mode_probe import ModeProbe
 from minigpt.model.precision import choose_evaluation_precision
 
 # ------------------------------------------------------------------------------------------- the stage
@@ -83,11 +86,16 @@ def evaluate_checkpoint(params, root, checkpoint_path=None) -> dict:
     return evaluate_with_blocks(params, root, checkpoint_path)[0]
 
 
-def evaluate_with_blocks(params, root, checkpoint_path=None) -> tuple[dict, dict]:
+def evaluate_with_blocks(params, root, checkpoint_path=None, custody: Custody | None = None) -> tuple[dict, dict]:
     """The report for reports/evaluation.json, and per split the summed NLL of contiguous blocks of the scored
-    targets (reports/eval_blocks.json: what a paired comparison of two runs resamples)."""
+    targets (reports/eval_blocks.json: what a paired comparison of two runs resamples). `custody` (the stage's
+    record; the default checkpoint only) checks every input against its producer's record and records the tokens
+    each figure scored."""
     root = Path(root)
     path = Path(checkpoint_path) if checkpoint_path else root / BEST_CHECKPOINT
+    if custody is not None:
+        for role in ("checkpoint", "tokenizer", "val", "test", "train slice", "baselines"):
+            custody.take(role)
     device = select_device(params.train.device)
     model, tokenizer, checkpoint = load_trained_model(path, root / TOKENIZER_FILE, device)
     char_counts = tokenizer.char_counts()  # bits per character, whatever a token holds
@@ -103,8 +111,11 @@ def evaluate_with_blocks(params, root, checkpoint_path=None) -> tuple[dict, dict
     def score(ids):
         return summarise(nll_of(ids), target_chars(ids, char_counts))
 
+    probe = ModeProbe(model)  # every module's mode whenever a static figure is scored
+
     def nll_of(ids):
-        return target_nll(model, ids, stride, settings.batch_size, device, precision["choice"])
+        with probe:
+            return target_nll(model, ids, stride, settings.batch_size, device, precision["choice"])
 
     ladder = load_baselines(root)  # refused before any scoring when stale or missing
     val_ids, test_ids = load_ids(root / ENCODED_DIR, "val"), load_ids(root / ENCODED_DIR, "test")
@@ -113,6 +124,8 @@ def evaluate_with_blocks(params, root, checkpoint_path=None) -> tuple[dict, dict
               "checkpoint": str(path), "tokenizer": tokenizer.fingerprint, "splits": {}}
     scored, per_target = {}, {}
     for split, ids in (("val", val_ids), ("test", test_ids)):
+        if custody is not None:
+            custody.used(split, ids)
         nll, chars = nll_of(ids), target_chars(ids, char_counts)
         per_target[split] = (ids, nll, chars)
         cut = character_blocks(nll, chars, int(char_counts[ids[0]]), settings.blocks)
@@ -126,7 +139,11 @@ def evaluate_with_blocks(params, root, checkpoint_path=None) -> tuple[dict, dict
     val, test = scored["val"], scored["test"]
     # the same number of tokens from the start of train, to measure the generalisation gap
     train_ids = load_ids(root / ENCODED_DIR, "train")
-    train_slice = score(train_ids[: len(val_ids)])
+    slice_ids = train_ids[: len(val_ids)]
+    if custody is not None:
+        custody.used("train slice", slice_ids)
+    train_slice = score(slice_ids)
+    checks = scoring_checks(probe, determinism(nll_of, val_ids, block), str(path))
     baseline = math.log(model.config.vocab_size)
     baselines = compare_with_baselines(val, test, ladder, str(path))
     report = {
@@ -144,6 +161,7 @@ def evaluate_with_blocks(params, root, checkpoint_path=None) -> tuple[dict, dict
         "best_step": checkpoint.get("best_step", checkpoint.get("step")),
         "train_seconds": checkpoint.get("elapsed_s"),
         "checkpoint": str(path),
+        "scoring_checks": checks,
         "interval": {"method": "bootstrap over contiguous blocks of the scored targets", "level": 0.95,
                      "blocks": settings.blocks, "resamples": settings.bootstrap_resamples,
                      "seed": settings.bootstrap_seed},

@@ -19,8 +19,10 @@ from minigpt.core.paths import TOKENIZER_FILE
 from minigpt.data.clean import normalise
 from minigpt.data.textstats import repetition_metrics
 from minigpt.data.tokenizer_files import Tokenizer
+from minigpt.evaluate.generation_checks import ContextProbe, generation_checks
 from minigpt.model.checkpoint import load_trained_model
 from minigpt.model.devices import select_device
+from minigpt.model.mode_probe import ModeProbe
 from minigpt.model.sampling import SamplingSettings, sample_chunks, sample_text
 
 
@@ -47,13 +49,19 @@ def generate_samples(params, root: Path, checkpoint_path: Path | None = None) ->
     settings = SamplingSettings(gen.temperature, gen.top_k, gen.top_p, gen.repetition_penalty)
     device = select_device(params.train.device)
     path = checkpoint_path or root / BEST
-    model, tokenizer = load_for_generation(path, root, device)
+    trained = load_trained_model(path, root / TOKENIZER_FILE, device)
+    model, tokenizer = trained.model, trained.tokenizer
     settings.validate(tokenizer.vocab_size)
     prompts = [prepare_prompt(p, i, tokenizer, params.clean) for i, p in enumerate(gen.prompts)]
     samples = []
-    for i, prompt in enumerate(prompts):
-        text = sample_text(model, tokenizer, prompt, settings, gen.max_new_tokens, gen.seed + i, device)
-        samples.append({"prompt": prompt, "text": text, **repetition_metrics(text)})
+    # observed from outside the sampler: each module's mode, and each forward pass's positions
+    with ModeProbe(model) as mode, ContextProbe(model, model.config.block_size) as context:
+        for i, prompt in enumerate(prompts):
+            text = sample_text(model, tokenizer, prompt, settings, gen.max_new_tokens, gen.seed + i, device)
+            samples.append({"prompt": prompt, "text": text, **repetition_metrics(text)})
+    checks = generation_checks(settings, tokenizer.vocab_size, Path(path) == root / BEST,
+                               (trained.checkpoint.get("tokenizer_fingerprint", ""), tokenizer.fingerprint), mode,
+                               context, samples, str(path))
     keys = ("repeated_4gram_share", "repeated_8gram_share", "longest_repeated_substring", "longest_char_run")
     report = {
         "settings": {"temperature": gen.temperature, "top_k": gen.top_k, "top_p": gen.top_p,
@@ -62,6 +70,7 @@ def generate_samples(params, root: Path, checkpoint_path: Path | None = None) ->
                      "prompt_policy": "clean normalisation; unknown characters rejected"},
         "mean": {k: round(sum(s[k] for s in samples) / len(samples), 4) for k in keys},
         "samples": samples,
+        "checks": checks,
     }
     lines = ["# Samples", "", f"Checkpoint `{path}`; temperature {gen.temperature}, top_k {gen.top_k}, top_p "
              f"{gen.top_p}, repetition_penalty {gen.repetition_penalty}, {gen.max_new_tokens} new characters, seed "

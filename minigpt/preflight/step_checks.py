@@ -27,7 +27,7 @@ import torch.nn as nn
 from minigpt.model import batch_loss
 from minigpt.preflight.checks import Check, CheckFailed
 from minigpt.preflight.context import Context
-from minigpt.train import optim, train_step, weight_average
+from minigpt.train import optim, schedule_spec, train_step, weight_average
 
 # time fractions and steps at which a clock-limited run's schedule is evaluated
 TIME_GRID = 101
@@ -152,6 +152,13 @@ def check_lr_schedule(ctx: Context) -> dict:
     steps = np.arange(1, train.max_steps + 1)
     lrs = np.array([train_step.scheduled_lr(train, int(s)) for s in steps])
     problems = _schedule_problems(lrs, peak, floor, train.warmup_steps, "by steps")
+    # the specification written from params alone (what the lr_applied watchdog holds every applied LR to)
+    specified = np.array([schedule_spec.specified_lr(train, int(s)) for s in steps])
+    apart = np.flatnonzero(np.abs(lrs - specified) > LR_RTOL * peak)
+    if apart.size:
+        s = int(apart[0])
+        problems.append(f"differs from its specification (minigpt/train/schedule_spec.py) at {apart.size} steps, "
+                        f"first step {s + 1}: {lrs[s]:.6g} against {specified[s]:.6g}")
     measured = {"steps": train.max_steps, "warmup_steps": train.warmup_steps, "peak": peak, "min_lr": floor,
                 "lr_at": {str(int(s)): float(f"{lrs[s - 1]:.6g}") for s in
                           sorted({1, max(train.warmup_steps, 1), train.max_steps // 2, train.max_steps})}}
@@ -161,6 +168,11 @@ def check_lr_schedule(ctx: Context) -> dict:
         after = np.unique(np.linspace(max(train.warmup_steps, 1), train.max_steps, STEPS_ON_THE_CLOCK).astype(int))
         for step in after:
             by_time = np.array([train_step.scheduled_lr(train, int(step), float(f)) for f in fractions])
+            spec = np.array([schedule_spec.specified_lr(train, int(step), float(f)) for f in fractions])
+            if np.any(np.abs(by_time - spec) > LR_RTOL * peak):
+                problems.append(f"on the clock at step {int(step)}: differs from its specification "
+                                "(minigpt/train/schedule_spec.py)")
+                break
             if np.any(np.diff(by_time) > LR_RTOL * peak) or np.any(by_time > peak * (1 + LR_RTOL)) \
                     or np.any(by_time < floor - LR_RTOL * peak) or abs(by_time[-1] - floor) > 1e-6 * peak:
                 problems.append(f"on the clock at step {int(step)}: LRs {by_time.min():.6g} .. {by_time.max():.6g}, "

@@ -108,6 +108,16 @@ def _weight_average(m: dict) -> Lines:
                                     f"{_num(m.get('max_abs_difference'))} from the float64 specification")]
 
 
+def _resume(m: dict) -> Lines:
+    parts = m.get("parts") or {}
+    differ = [part for part, verdict in parts.items() if verdict != "equal"]
+    return [("interrupted", f"after step {_num(m.get('stopped_after'))} of {_num(m.get('steps'))}, resumed into "
+                            f"fresh objects (batch {_num(m.get('batch_size'))})"),
+            ("against the uninterrupted run", f"{len(parts) - len(differ)} of {len(parts)} parts equal bit for bit"
+                                              + (f"; differ: {', '.join(differ)}" if differ else "")),
+            ("restore verified", str(m.get("verified") or "no"))]
+
+
 def _architecture(m: dict) -> Lines:
     counts, expected = m.get("parameters") or {}, m.get("expected_parameters") or {}
     options = m.get("options") or {}
@@ -213,7 +223,7 @@ FORMATTERS: dict[str, Callable[[dict], Lines]] = {
     "architecture": _architecture, "gradients": _gradients, "optimizer_update": _optimizer_update,
     "decay_split": _decay_split,
     "lr_schedule": _lr_schedule, "clipping_contract": _clipping, "weight_average": _weight_average,
-    "lr_stability": _lr_stability,
+    "resume": _resume, "lr_stability": _lr_stability,
     "rehearsal_learns": _rehearsal_learns, "single_batch_overfit": _overfit,
 }
 

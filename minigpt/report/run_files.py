@@ -23,6 +23,7 @@ from minigpt.core.paths import (
     TRAIN_LOG,
     TRAIN_SUMMARY,
 )
+from minigpt.core.provenance import GRAPH_RECORD
 from minigpt.train.run_log import parse_log
 
 PARAMS_FILE = DEFAULT_PARAMS
@@ -39,6 +40,7 @@ class RunFiles:
     evaluation: dict | None = None
     generation: dict | None = None
     eval_blocks: dict | None = None  # per split, the summed NLL of blocks of the scored targets
+    custody: dict | None = None  # the chain of custody as the report stage verified it (minigpt.report.custody)
     state: str = ""  # DVC's experiment state (Success, Failed, …) when the run is an experiment
 
     @property
@@ -86,7 +88,7 @@ def load_run(name: str, read: Callable[[str], str | None], state: str = "") -> R
     sources = (("params", PARAMS_FILE, yaml.safe_load), ("preflight", DEBUG_REPORT, _parse_json),
                ("train_log", TRAIN_LOG, parse_log), ("train", TRAIN_SUMMARY, _parse_json),
                ("evaluation", EVAL_REPORT, _parse_json), ("generation", GENERATION_REPORT, _parse_json),
-               ("eval_blocks", EVAL_BLOCKS, _parse_json))
+               ("eval_blocks", EVAL_BLOCKS, _parse_json), ("custody", GRAPH_RECORD, _parse_json))
     for attribute, path, parse in sources:
         text = read(str(path))
         if text is None:

@@ -8,6 +8,7 @@ from html import escape
 
 from minigpt.core.charts import Series, line_chart
 from minigpt.model.precision import how_chosen
+from minigpt.report.custody_view import custody_section
 from minigpt.report.decision import DECISION_METRICS, decision_metrics
 from minigpt.report.evidence import evidence
 from minigpt.report.html import fmt, page, table
@@ -241,6 +242,7 @@ def run_page(run: RunFiles) -> str:
     body = [f"<h1>minigpt run report: {escape(run.name)}</h1>",
             '<p class="muted">One self-contained file: no script, nothing loaded from the network.</p>',
             "<h2>Decision metrics</h2>", metrics_table(run)]
-    for section in (preflight_section, training_section, evaluation_section, samples_section, config_section):
+    for section in (custody_section, preflight_section, training_section, evaluation_section, samples_section,
+                    config_section):
         body.extend(section(run))
     return page(f"minigpt run report: {run.name}", body)

@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from minigpt.core import thread_share
+from minigpt.core import provenance, thread_share
 from minigpt.core.config import Params
 from minigpt.core.errors import ConfigError, MinigptError
 from minigpt.core.io_utils import atomic_write_json, remove_stale_temp_files
@@ -31,6 +31,7 @@ from minigpt.core.paths import (
     TRAIN_LOCK,
     TRAIN_SUMMARY,
 )
+from minigpt.core.provenance import Custody
 from minigpt.data.tokenizer_files import Tokenizer, load_tokenizer
 from minigpt.model import batch_loss
 from minigpt.model.checkpoint import (
@@ -40,7 +41,7 @@ from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 from minigpt.model.nonfinite import NonFiniteTracker
 from minigpt.model.precision import how_chosen
 from minigpt.model.sampling import SamplingSettings, sample_text
-from minigpt.train import distill, distributed, shape_choice, train_step
+from minigpt.train import distill, distributed, schedule_spec, shape_choice, train_step
 from minigpt.train.distributed import Dist
 from minigpt.train.gate import verify_gate
 from minigpt.train.precision_choice import choose_training_precision
@@ -77,13 +78,18 @@ def check_models_writable(folder: Path) -> None:
 
 
 def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
-          model_factory: Callable[[MiniGPTConfig], nn.Module] = MiniGPT, out: Callable[[str], None] = print) -> dict:
+          model_factory: Callable[[MiniGPTConfig], nn.Module] = MiniGPT, out: Callable[[str], None] = print,
+          stop_at_step: int | None = None) -> dict:
+    """stop_at_step: stop after that step as a Ctrl-C would (checkpoint, then TrainingStopped); preflight's resume
+    check interrupts a run this way."""
     cfg = params.train
     ddp = distributed.init_distributed(cfg.device)
     say = out if ddp.main else (lambda _msg: None)
     reference = None  # preflight's tokens/s for this run's step, the throughput watchdog's reference
+    custody = Custody("train", root)
     if require_gate:
         gate = verify_gate(params, root)
+        custody.take("preflight report")
         report, params = gate.report, gate.params  # the shape and precision preflight chose (and the gate binds)
         if report.get("shape"):
             say(f"[train] budget shape: {shape_choice.describe(report['shape'])}")
@@ -102,13 +108,18 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
     if ddp.main:
         check_models_writable(root / MODELS_DIR)
     # one trainer per folder: the lock is taken before the first write and released however the run ends
-    with (RunLock(root / TRAIN_LOCK, say) if ddp.main else nullcontext()), StopRequest() as stop:
+    with (RunLock(root / TRAIN_LOCK, say) if ddp.main else nullcontext()), StopRequest(stop_at_step) as stop:
         if ddp.main:
             for stale in remove_stale_temp_files(root / MODELS_DIR, "*.pt"):
                 say(f"[train] removed {stale}, left by a checkpoint write that was killed half-way")
-        run = prepare_run(params, root, ddp, say, model_factory)
+            provenance.forget(root, "train")  # written again when the run completes
+        run = prepare_run(params, root, ddp, say, model_factory, custody)
         run.watch = Watchdogs(params.watch, params.train.grad_clip, params.clean.placeholder, reference, say)
-        return _loop(run, stop)
+        summary = _loop(run, stop)
+        if ddp.main:
+            custody.made(*provenance.TRAIN_OUTPUTS)
+            custody.write()
+        return summary
 
 
 def _choose_precision_ungated(params: Params, root: Path, ddp: Dist, say) -> Params:
@@ -144,8 +155,10 @@ def _loop(run: Run, stop: StopRequest) -> dict:
             inputs, targets, soft = distill.draw_batch(run.train_ids, per_rank_batch, block, device, run.batch_gen,
                                                        run.soft_targets)
             # the pre-clip norm is identical on every rank after DDP's all-reduce, so all ranks stop together
-            result = run.scheduled_step(inputs, targets, step, progress.elapsed_s / budget if budget else 0.0, soft)
-            lr = result.scheduled_lr
+            clock_fraction = progress.elapsed_s / budget if budget else 0.0
+            result = run.scheduled_step(inputs, targets, step, clock_fraction, soft)
+            lr = result.lr  # what the optimizer applied; lr_applied holds it to the specification, from params alone
+            specified = schedule_spec.specified_lr(cfg, step, clock_fraction)
             if not result.stepped:
                 _raise_diverged(run, step, result, inputs, targets)
             if run.average is not None:
@@ -159,8 +172,8 @@ def _loop(run: Run, stop: StopRequest) -> dict:
                       "grad_norm": round(result.grad_norm, 6),
                       "tokens_per_sec": round(tokens_per_step / step_s, 1), "elapsed_s": round(progress.elapsed_s, 3)}
             _watch(run, record,
-                   lambda: run.watch.after_step(step, lr, run.scheduled_step.optimizer, run.raw_model, result.grad_norm,
-                                                             result.loss, record["tokens_per_sec"]))
+                   lambda: run.watch.after_step(step, specified, run.scheduled_step.optimizer, run.raw_model,
+                                                result.grad_norm, result.loss, record["tokens_per_sec"]))
             if step % cfg.eval_every == 0 or step == cfg.max_steps or out_of_time:
                 eval_started = time.perf_counter()
                 improved = _evaluate(run, record, val_batches) if ddp.main else False
@@ -176,7 +189,7 @@ def _loop(run: Run, stop: StopRequest) -> dict:
                                                           ddp, budget, device)
             else:
                 _append(run, record)
-            if distributed.any_rank(stop.requested, ddp, device):
+            if distributed.any_rank(stop.requested_after(step), ddp, device):
                 run.save_checkpoints([LATEST_CHECKPOINT])
                 raise TrainingStopped(
                     f"stopped at step {step} ({stop.reason}); {LATEST_CHECKPOINT} holds that step. Resume with `dvc "

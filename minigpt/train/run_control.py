@@ -89,9 +89,10 @@ class StopRequest:
     """Turns the first SIGINT/SIGTERM into a request the loop honours after the current step; a second one
     interrupts at once. A changed parent pid (the parent died; the process was re-parented) counts as SIGTERM."""
 
-    def __init__(self):
+    def __init__(self, at_step: int | None = None):
         self.signum: int | None = None
         self.reason = ""
+        self.at_step = at_step  # a stop asked for in advance, after that step (no signal)
         self._parent = os.getppid()
         self._previous: dict[int, object] = {}
 
@@ -118,6 +119,12 @@ class StopRequest:
         if self.signum is None and os.getppid() != self._parent:
             self.signum, self.reason = signal.SIGTERM, f"parent process {self._parent} exited"
         return self.signum is not None
+
+    def requested_after(self, step: int) -> bool:
+        if self.at_step is not None and step >= self.at_step and self.signum is None:
+            self.reason = f"asked to stop after step {self.at_step}"
+            return True
+        return self.requested
 
     @property
     def exit_code(self) -> int:

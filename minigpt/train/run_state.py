@@ -17,7 +17,8 @@ import torch.nn as nn
 from minigpt.core.code_binding import code_fingerprint
 from minigpt.core.config import Params
 from minigpt.core.errors import DataError
-from minigpt.core.paths import ENCODED_DIR, SOFT_TARGETS_DIR, TOKENIZER_FILE, TRAIN_LOG
+from minigpt.core.paths import ENCODED_DIR, SOFT_TARGETS_DIR, TRAIN_LOG
+from minigpt.core.provenance import Custody
 from minigpt.data.encode import load_split
 from minigpt.data.soft_target_files import SoftTargets, load_soft_targets
 from minigpt.data.tokenizer_files import Tokenizer, load_tokenizer
@@ -27,6 +28,7 @@ from minigpt.train import distributed, train_step
 from minigpt.train.distributed import Dist
 from minigpt.train.resume import find_resume_checkpoint, restore_rng, resume_fingerprint, rng_states
 from minigpt.train.run_log import RunLog, history_for_resume
+from minigpt.train.state_digest import part_digests, state_digest
 from minigpt.train.watchdogs import Watchdogs
 from minigpt.train.weight_average import WeightAverage
 
@@ -65,6 +67,7 @@ class Run:
     threads_used: set[int] = field(default_factory=set)  # torch's threads at each rebalance (thread_share)
     average: WeightAverage | None = None  # train.ema_decay: the weights evaluated, kept as best and sampled
     soft_targets: SoftTargets | None = None  # train.distill_alpha > 0: every train position's soft target
+    custody: Custody | None = None  # the provenance record of what the run read (written when it completes)
 
     @property
     def scored_model(self) -> nn.Module:
@@ -81,10 +84,13 @@ class Run:
         if not self.ddp.main:
             return
         p = self.progress
+        rng = rng_states()
         state = dict(
             optimizer_state_dict=self.scheduled_step.optimizer.state_dict(), step=p.step, best_val_loss=p.best_val_loss,
-            best_step=p.best_step, elapsed_s=p.elapsed_s, clipped_steps=p.clipped_steps, rng=rng_states(),
+            best_step=p.best_step, elapsed_s=p.elapsed_s, clipped_steps=p.clipped_steps, rng=rng,
             batch_rng=batch_rng, train_config=self.cfg.model_dump(), **self.binding, **self.log.mark(),
+            # what a resume must restore, part by part (continue_from recomputes them from the restored objects)
+            part_digests=self.part_digests(rng, [state_digest(s) for s in batch_rng]),
         )
         if self.average is not None:
             # model_state_dict is the average (what evaluate and generate load); the trained weights resume the run
@@ -93,13 +99,52 @@ class Run:
             save_checkpoint(self.root / name, self.scored_model, self.tokenizer.fingerprint, **state)
 
 
-def prepare_run(params: Params, root: Path, ddp: Dist, say, model_factory) -> Run:
-    """Data, model, optimizer and samplers seeded, then the checkpoint (if any) this run continues."""
+    def part_digests(self, rng: dict, batch_streams: list[str]) -> dict:
+        """Every resumable part's fingerprint, from the live objects (the batch stream: one per rank)."""
+        p = self.progress
+        position = {"step": p.step, "best_val_loss": p.best_val_loss, "best_step": p.best_step,
+                    "elapsed_s": p.elapsed_s, "clipped_steps": p.clipped_steps}
+        average = None if self.average is None else {"state": self.average.model.state_dict(),
+                                                     "updates": self.average.updates}
+        parts = part_digests(self.raw_model.state_dict(), self.scheduled_step.optimizer.state_dict(), average,
+                             position, rng)
+        return {**parts, "batch stream": batch_streams}
+
+
+def verify_restored(run: "Run", checkpoint: dict) -> None:
+    """After a resume: every part the checkpoint fingerprinted, recomputed from the restored objects, must match;
+    else the restore is broken and the run stops before its first step, naming the parts."""
+    expected = checkpoint.get("part_digests")
+    if not expected:
+        run.say(f"[train] {checkpoint['path']} records no fingerprints of its parts (written by an older minigpt): "
+                "the resume is not verified")
+        return
+    actual = run.part_digests(rng_states(), [None] * run.ddp.world)
+    actual["batch stream"] = expected["batch stream"][:]
+    actual["batch stream"][run.ddp.rank] = state_digest(run.batch_gen.get_state())
+    wrong = [part for part in expected if actual.get(part) != expected[part]]
+    if wrong:
+        raise CheckpointError(f"{checkpoint['path']}: after the resume, the {', '.join(wrong)} differ from what the "
+                              "checkpoint recorded when it was written: the restore is broken "
+                              "(minigpt/train/run_state.py continue_from), so the run would not continue as if "
+                              "uninterrupted. Not training on it.")
+    run.say(f"[train] resume verified: {', '.join(expected)} equal the checkpoint's fingerprints")
+
+
+def prepare_run(params: Params, root: Path, ddp: Dist, say, model_factory, custody: Custody) -> Run:
+    """Data (each file checked against the record of the stage that made it), model, optimizer and samplers
+    seeded, then the checkpoint (if any) this run continues."""
     cfg = params.train
     device = distributed.rank_device(cfg.device, ddp)
-    tokenizer = load_tokenizer(root / TOKENIZER_FILE)
+    tokenizer = load_tokenizer(custody.take("tokenizer"))
     config = MiniGPTConfig.from_params(params.model, tokenizer.vocab_size)
+    for split in ("train", "val"):
+        custody.take(f"{split} ids")
     splits = {split: load_split(root / ENCODED_DIR, split) for split in ("train", "val")}
+    for split, ids in splits.items():
+        custody.used(f"{split} ids", ids)
+    if cfg.distill_alpha > 0:
+        custody.take("soft targets")
     for split, ids in splits.items():
         if ids.numel() < config.block_size + 1:
             raise DataError(f"{root / ENCODED_DIR / split}.npy: {ids.numel()} tokens, fewer than one window of "
@@ -116,7 +161,7 @@ def prepare_run(params: Params, root: Path, ddp: Dist, say, model_factory) -> Ru
               {"resume_fingerprint": fingerprint, "code_fingerprint": code},
               average=WeightAverage(model, cfg.ema_decay) if cfg.ema_decay is not None else None,
               soft_targets=load_soft_targets(root / SOFT_TARGETS_DIR, root / ENCODED_DIR)
-              if cfg.distill_alpha > 0 else None)
+              if cfg.distill_alpha > 0 else None, custody=custody)
     checkpoint = find_resume_checkpoint(params, fingerprint, code, root, say)
     if checkpoint is not None:
         continue_from(run, checkpoint)
@@ -157,3 +202,4 @@ def continue_from(run: Run, checkpoint: dict) -> None:
     run.progress = Progress(checkpoint["step"], checkpoint["best_val_loss"], checkpoint["best_step"],
                             checkpoint["elapsed_s"], checkpoint["clipped_steps"], history)
     run.say(f"[train] resuming from {checkpoint['path']} at step {checkpoint['step']}")
+    verify_restored(run, checkpoint)

@@ -5,7 +5,8 @@ warning never stops a run: it is printed once, recorded on the step it fired in 
 train_summary.json and shown on the run and comparison pages. Thresholds are `watch.*` in params.yaml
 (docs/preflight.md, "Watchdogs", says how each was calibrated and what to do when it fires).
 
-- lr_applied (every step, stop): an optimizer group applied another LR than the schedule's value
+- lr_applied (every step, stop): an optimizer group applied another LR than the schedule's specification gives
+  (minigpt/train/schedule_spec.py, from params alone: never the step's own value)
 - gradient_flow (every step, stop): the gradient norm is exactly 0, or a trainable parameter got no gradient,
   `dead_grad_steps` steps running
 - val_improving (each eval, warning): from the `first_evals`-th eval on, val loss is not `val_margin` below the first
@@ -84,9 +85,10 @@ class Watchdogs:
         off = [i for i, value in enumerate(applied) if not abs(value - lr) <= self.cfg.lr_rtol * max(abs(lr), 1e-12)]
         if off:
             self._stop(step, "lr_applied",
-                       f"at step {step} optimizer group {off[0]} applied lr {applied[off[0]]:.6g} but the schedule "
-                       f"says {lr:.6g} (groups: {', '.join(f'{v:.6g}' for v in applied)}): the LR is computed in one "
-                       "place and written into another; check what writes param_groups[...]['lr']")
+                       f"at step {step} optimizer group {off[0]} applied lr {applied[off[0]]:.6g} but the specified "
+                       f"schedule says {lr:.6g} (groups: {', '.join(f'{v:.6g}' for v in applied)}): the step "
+                       "computes another schedule than train.* specify, or something else writes "
+                       "param_groups[...]['lr']")
         self._count("gradient_flow")
         if self._trainable is None:  # listed once: walking the modules every step would cost more than the checks
             self._trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]

@@ -41,6 +41,7 @@ class PageVisit:
     console_errors: list[str] = field(default_factory=list)
     text: str = ""
     chart_screenshots: list[bytes] = field(default_factory=list)
+    custody_graphs: list[bytes] = field(default_factory=list)  # the run page's chain-of-custody drawing
     failed_rows: list[str] = field(default_factory=list)
 
 
@@ -59,10 +60,21 @@ def visit(path) -> PageVisit:
             page.goto(path.resolve().as_uri(), wait_until="load")
             seen.text = page.inner_text("body")
             seen.chart_screenshots = [chart.screenshot() for chart in page.locator("svg.chart").all()]
+            seen.custody_graphs = [graph.screenshot() for graph in page.locator("svg.custody-graph").all()]
             seen.failed_rows = [row.inner_text() for row in page.locator("tr.failed-row").all() if row.is_visible()]
         finally:
             browser.close()
     return seen
+
+
+def pixels_near(png: bytes, colour: str, tolerance: int = 40) -> int:
+    """Pixels within `tolerance` of a colour (#rrggbb) on every channel."""
+    import numpy as np
+    from PIL import Image
+
+    target = np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)])
+    pixels = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
+    return int((np.abs(pixels - target).max(axis=2) <= tolerance).sum())
 
 
 def coloured_pixels(png: bytes) -> int:

@@ -27,3 +27,18 @@ def train_quickly(root, steps):
         loss.backward()
         optimizer.step()
     return model, tok
+
+
+def save_as_trained(root, model, tokenizer_fingerprint, **extra):
+    """The best checkpoint of a model trained by hand, with the train stage's provenance record a run would leave
+    (it read the encoded splits and the tokenizer, it wrote this checkpoint), so evaluate and generate accept it."""
+    from minigpt.core.paths import BEST_CHECKPOINT
+    from minigpt.core.provenance import Custody
+    from minigpt.model.checkpoint import save_checkpoint
+
+    save_checkpoint(root / BEST_CHECKPOINT, model, tokenizer_fingerprint, **extra)
+    custody = Custody("train", root)
+    for role in ("tokenizer", "train ids", "val ids"):
+        custody.take(role)
+    custody.made(BEST_CHECKPOINT)
+    custody.write()
