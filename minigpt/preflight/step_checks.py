@@ -153,7 +153,7 @@ def check_lr_schedule(ctx: Context) -> dict:
     lrs = np.array([train_step.scheduled_lr(train, int(s)) for s in steps])
     problems = _schedule_problems(lrs, peak, floor, train.warmup_steps, "by steps")
     # the specification written from params alone (what the lr_applied watchdog holds every applied LR to)
-    specified = np.array([schedule_spec.specified_lr(train, int(s)) for s in steps])
+    specified = schedule_spec.specified_lrs(train, steps)
     apart = np.flatnonzero(np.abs(lrs - specified) > LR_RTOL * peak)
     if apart.size:
         s = int(apart[0])
