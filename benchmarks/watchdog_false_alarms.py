@@ -35,9 +35,11 @@ from bench_common import (
 from minigpt.core.io_utils import atomic_write_text
 from minigpt.evaluate.checkpoint_eval import evaluate_checkpoint
 from minigpt.evaluate.intervals import welch_interval
+from minigpt.evaluate.scoring_checks import ScoringCheckFailed
 from minigpt.preflight.suite import run_preflight
 from minigpt.train.gate import run_params
 from minigpt.train.loop import train
+from minigpt.train.training_checks import TrainingCheckFailed
 from minigpt.train.watchdogs import WatchdogStop
 
 PRESETS = {"debug": ["experiment=debug"], "budget-72s": ["experiment=budget-72s"],
@@ -56,14 +58,19 @@ def one_run(preset: str, seed: int, work: Path, corpus: Path, extra: list[str]) 
         return row
     try:
         summary = train(params, work, out=lambda _m: None)
+        metrics = evaluate_checkpoint(run_params(params, report), work)
     except WatchdogStop as stop:
         return {**row, "stopped": str(stop), "seconds": time.perf_counter() - started}
-    metrics = evaluate_checkpoint(run_params(params, report), work)
+    except (TrainingCheckFailed, ScoringCheckFailed) as failed:
+        return {**row, "check_failed": str(failed), "seconds": time.perf_counter() - started}
     watch = summary["watchdogs"]
+    # the checks train and evaluate record about themselves (a failed one raises above)
+    recorded = {**summary["checks"], **metrics["scoring_checks"]}
     return {**row, "steps": summary["steps"], "shape": (report.get("shape") or {}).get("choice"),
             "precision": summary["precision"], "tokens_per_sec_median": summary["tokens_per_sec_median"],
             "clipped_fraction": summary["clipped_fraction"], "warnings": summary["warnings"],
             "fired": {n: c for n, c in watch["checks"].items() if c["fired"]},
+            "runtime_checks_passed": sorted(n for n, c in recorded.items() if c["passed"]),
             "evaluated": {n: c["evaluated"] for n, c in watch["checks"].items()},
             "throughput_reference": watch["reference_tokens_per_s"], "reference": watch["reference"],
             "val_bpc": metrics["val"]["bpc"], "test_bpc": metrics["test"]["bpc"],
@@ -91,6 +98,7 @@ def summarise(rows: list[dict]) -> dict:
                            "machines": sorted({r["machine"] for r in mine}),
                            "refused": sum(not r["preflight_passed"] for r in mine),
                            "stopped": sum("stopped" in r for r in mine),
+                           "runtime_checks_failed": sum("check_failed" in r for r in mine),
                            "runs_with_warnings": sum(r["warnings"] > 0 for r in trained),
                            "warnings": sum(r["warnings"] for r in trained),
                            "val_bpc": [min((r["val_bpc"] for r in trained), default=None),
@@ -143,6 +151,7 @@ def main() -> None:
                 print(f"{preset:<11} seed {seed:>3}: "
                       + (f"preflight failed {row['failed']}" if not row["preflight_passed"] else
                          f"STOPPED {row['stopped']}" if "stopped" in row else
+                         f"CHECK FAILED {row['check_failed']}" if "check_failed" in row else
                          f"{row['steps']} steps, val {row['val_bpc']:.4f} bpc (vs best static "
                          f"{row['vs_best_static_bpc']:+.4f}), warnings {row['warnings']} ({fired}), "
                          f"{row['seconds']:.0f} s"), flush=True)

@@ -13,6 +13,7 @@ from helpers.pipeline_fixture import copy_project, load_stage, recompose
 from minigpt.core.provenance import CONSUMES, GRAPH_RECORD, RECORDS, values_digest
 from minigpt.evaluate import baselines as baselines_module
 from minigpt.evaluate import checkpoint_eval, scoring
+from minigpt.model import batch_loss
 
 FAST = ["train.max_steps=40", "train.warmup_steps=5", "train.eval_every=10", "train.eval_batches=2",
         "train.sample_length=0", "generate.max_new_tokens=40"]
@@ -280,6 +281,7 @@ def test_docs_list_the_reference_of_every_check_and_watchdog_the_code_has():
     from minigpt.evaluate.generation_checks import GENERATION_CHECKS
     from minigpt.evaluate.scoring_checks import SCORING_CHECKS
     from minigpt.preflight.suite import CHECKS
+    from minigpt.train.training_checks import TRAINING_CHECKS
     from minigpt.train.watchdogs import LEVELS
 
     text = (REPO_ROOT / "docs/preflight.md").read_text(encoding="utf-8")
@@ -287,8 +289,70 @@ def test_docs_list_the_reference_of_every_check_and_watchdog_the_code_has():
     listed = re.findall(r"^\| `(\w+)` \| [^|]+ \| [^|]+\|$", section, flags=re.M)
     assert len(listed) == len(set(listed)), "a check listed twice"
     expected = ({c.name for c in CHECKS} | set(LEVELS) | set(SCORING_CHECKS) | set(GENERATION_CHECKS)
-                | {"chain_of_custody", "resume_verified"})
+                | set(TRAINING_CHECKS) | {"chain_of_custody", "resume_verified"})
     assert set(listed) == expected
+
+
+# ------------------------------------------------------------------------------------ the training checklist
+
+def test_training_records_the_guides_checklist_and_a_healthy_run_passes_it(trained):
+    from minigpt.train.training_checks import TRAINING_CHECKS
+
+    summary = json.loads((trained / "reports/train_summary.json").read_text())
+    checks = summary["checks"]
+    assert list(checks) == list(TRAINING_CHECKS) and all(c["passed"] for c in checks.values())
+    logged = [json.loads(line) for line in (trained / "reports/train_log.jsonl").read_text().splitlines()]
+    evaluations = sum("val_loss" in r for r in logged)
+    assert checks["validation_eval_mode"]["evaluations"] == checks["best_follows_val"]["evaluations"] == evaluations
+    assert checks["best_follows_val"]["checkpoint_step"] == summary["best_step"]
+    # the run page lists every check the stages recorded, each with its result
+    from minigpt.evaluate.generation_checks import GENERATION_CHECKS
+    from minigpt.evaluate.scoring_checks import SCORING_CHECKS
+
+    html = (trained / "reports/report.html").read_text()
+    table = html.split('<table class="stage-checks">', 1)[1].split("</table>", 1)[0]
+    rows = table.split("<tr")[2:]
+    assert len(rows) == len(TRAINING_CHECKS) + len(SCORING_CHECKS) + len(GENERATION_CHECKS)
+    assert all('<span class="passed">passed</span>' in row for row in rows)
+    assert "<code>best_follows_val</code>" in table and "<code>context_within_block</code>" in table
+
+
+def validates_in_training_mode(model, batches, precision="fp32"):
+    """evaluate_model without model.eval(): dropout stays on while the validation loss is computed."""
+    with torch.no_grad():
+        return sum(float(batch_loss.calc_loss_batch(model, x, y, precision)) for x, y in batches) / len(batches)
+
+
+def keeps_the_first_best_only(real):
+    """save_checkpoints that writes the best checkpoint once, then only the latest one."""
+    from minigpt.core.paths import BEST_CHECKPOINT
+
+    saved = []
+
+    def save_checkpoints(self, names):
+        real(self, [n for n in names if n != BEST_CHECKPOINT or not saved])
+        saved.extend(n for n in names if n == BEST_CHECKPOINT)
+    return save_checkpoints
+
+
+@pytest.mark.parametrize("plant,name", [("train_mode", "validation_eval_mode"), ("stale_best", "best_follows_val")])
+def test_a_loop_that_breaks_the_training_checklist_fails_by_name(project, monkeypatch, plant, name):
+    """Validation computed with dropout on, or a best checkpoint that stops following the val loss: the training
+    loop itself refuses to finish, naming the checklist item (evaluate and generate never see such a run)."""
+    from minigpt.train import run_state
+    from minigpt.train.loop import train
+    from minigpt.train.training_checks import TrainingCheckFailed
+
+    root, source = project
+    params = recompose(root, source, ["model.dropout=0.1", *FAST])
+    if plant == "train_mode":
+        monkeypatch.setattr(batch_loss, "evaluate_model", validates_in_training_mode)
+    else:
+        first_best_only = keeps_the_first_best_only(run_state.Run.save_checkpoints)
+        monkeypatch.setattr(run_state.Run, "save_checkpoints", first_best_only)
+    with pytest.raises(TrainingCheckFailed, match=f"^{name}: "):
+        train(params, root, require_gate=False, out=lambda _m: None)
+    assert not (root / "reports/train_summary.json").exists()
 
 
 # ------------------------------------------------------------------------------------ the generation checklist

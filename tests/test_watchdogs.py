@@ -334,3 +334,59 @@ def test_the_pages_show_warnings_and_stops(project, monkeypatch):
 ])
 def test_watchdog_settings_are_validated_by_name(key, value, message):
     assert message in refusal("watch", key, value)
+
+
+# ------------------------------------------------------------------------- preflight's self-test of the watchdogs
+
+def circular_lr_applied(real):
+    """after_step handed the optimizer's own LR as the specification: lr_applied compares a value with itself."""
+    def after_step(self, step, lr, optimizer, *rest):
+        return real(self, step, optimizer.param_groups[0]["lr"], optimizer, *rest)
+    return after_step
+
+
+def test_a_watchdog_that_compares_a_value_with_itself_fails_preflight_by_name(project, monkeypatch):
+    from minigpt.preflight.suite import run_preflight
+
+    root, source = project
+    params = recompose(root, source, [])
+    monkeypatch.setattr(Watchdogs, "after_step", circular_lr_applied(Watchdogs.after_step))
+    report = run_preflight(params, root)
+    assert report["failed"] == ["watchdogs_fire"]
+    check = next(c for c in report["checks"] if c["name"] == "watchdogs_fire")
+    assert check["message"].startswith("lr_applied did not fire on readings that break its rule")
+    assert check["measured"]["fired"]["lr_applied"] == []
+
+
+def watchdogs_ctx(*overrides):
+    from types import SimpleNamespace
+
+    params = load_params(REPO_ROOT / "params.yaml")
+    return SimpleNamespace(params=params.model_copy(update={"watch": defaults(**dict(overrides))}))
+
+
+@pytest.mark.parametrize("plant,message", [
+    ("muted_sample_probe", "sample_probe did not fire on readings that break its rule"),
+    ("inverted_val", "val_improving fired on healthy readings"),
+])
+def test_a_watchdog_muted_or_inverted_is_named_by_the_self_test(monkeypatch, plant, message):
+    from minigpt.preflight.checks import CheckFailed
+    from minigpt.preflight.watchdog_check import check_watchdogs_fire
+
+    if plant == "muted_sample_probe":
+        monkeypatch.setattr(Watchdogs, "_sample_checks", lambda self, step, sample: [])
+    else:
+        real = Watchdogs.after_eval
+        monkeypatch.setattr(Watchdogs, "after_eval", lambda self, step, val, sample: real(self, step, -val, sample))
+    with pytest.raises(CheckFailed, match=message):
+        check_watchdogs_fire(watchdogs_ctx())
+
+
+def test_the_self_test_passes_the_shipped_thresholds_and_records_a_watchdog_turned_off():
+    from minigpt.preflight.watchdog_check import check_watchdogs_fire
+
+    shipped = check_watchdogs_fire(watchdogs_ctx())
+    assert shipped["fired"] == {name: [name] for name in LEVELS}, "each stream breaks one rule, and fires its dog alone"
+    assert all(shipped["judged_on_healthy"].values()) and shipped["fired_on_healthy"] == []
+    off = check_watchdogs_fire(watchdogs_ctx(("clip_share_max", 1.0)))
+    assert off["off_by_configuration"] == ["clipping_share"] and "clipping_share" not in off["fired"]

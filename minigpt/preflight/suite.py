@@ -28,6 +28,7 @@ from minigpt.preflight import (
     soft_target_checks,
     step_checks,
     training_checks,
+    watchdog_check,
 )
 from minigpt.preflight.checks import Check, CheckResult, run_checks
 from minigpt.preflight.context import Context
@@ -47,13 +48,13 @@ FAMILIES = {
     "causal_independence": "correctness", "architecture": "correctness", "gradients": "numerical",
     "optimizer_update": "optimisation",
     "decay_split": "optimisation", "lr_schedule": "optimisation", "clipping_contract": "numerical",
-    "weight_average": "correctness", "resume": "correctness",
+    "weight_average": "correctness", "resume": "correctness", "watchdogs_fire": "correctness",
     "lr_stability": "optimisation", "rehearsal_learns": "optimisation", "single_batch_overfit": "optimisation",
 }
 CHECKS: tuple[Check, ...] = tuple(
     replace(check, family=FAMILIES[check.name])
     for check in (data_checks.CHECKS + soft_target_checks.CHECKS + model_checks.CHECKS + architecture_checks.CHECKS
-                  + step_checks.CHECKS + resume_check.CHECKS + training_checks.CHECKS))
+                  + step_checks.CHECKS + resume_check.CHECKS + watchdog_check.CHECKS + training_checks.CHECKS))
 
 
 def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict, precision: dict,

@@ -118,6 +118,16 @@ def _resume(m: dict) -> Lines:
             ("restore verified", str(m.get("verified") or "no"))]
 
 
+def _watchdogs_fire(m: dict) -> Lines:
+    fired = m.get("fired") or {}
+    silent = [name for name, names in fired.items() if name not in names]
+    off = m.get("off_by_configuration") or []
+    return [("on readings that break one rule", f"{len(fired) - len(silent)} of {len(fired)} watchdogs fired by name"
+                                                 + (f"; silent: {', '.join(silent)}" if silent else "")),
+            ("on healthy readings", ", ".join(m.get("fired_on_healthy") or []) or "none fired"),
+            ("off by configuration", ", ".join(off) or "none")]
+
+
 def _architecture(m: dict) -> Lines:
     counts, expected = m.get("parameters") or {}, m.get("expected_parameters") or {}
     options = m.get("options") or {}
@@ -223,7 +233,7 @@ FORMATTERS: dict[str, Callable[[dict], Lines]] = {
     "architecture": _architecture, "gradients": _gradients, "optimizer_update": _optimizer_update,
     "decay_split": _decay_split,
     "lr_schedule": _lr_schedule, "clipping_contract": _clipping, "weight_average": _weight_average,
-    "resume": _resume, "lr_stability": _lr_stability,
+    "resume": _resume, "watchdogs_fire": _watchdogs_fire, "lr_stability": _lr_stability,
     "rehearsal_learns": _rehearsal_learns, "single_batch_overfit": _overfit,
 }
 

@@ -13,6 +13,7 @@ from minigpt.report.decision import DECISION_METRICS, decision_metrics
 from minigpt.report.evidence import evidence
 from minigpt.report.html import fmt, page, table
 from minigpt.report.run_files import RunFiles, ngram_weight
+from minigpt.report.stage_checks_view import stage_checks_section
 from minigpt.train.shape_choice import describe as describe_shapes
 
 
@@ -242,7 +243,7 @@ def run_page(run: RunFiles) -> str:
     body = [f"<h1>minigpt run report: {escape(run.name)}</h1>",
             '<p class="muted">One self-contained file: no script, nothing loaded from the network.</p>',
             "<h2>Decision metrics</h2>", metrics_table(run)]
-    for section in (custody_section, preflight_section, training_section, evaluation_section, samples_section,
-                    config_section):
+    for section in (custody_section, preflight_section, training_section, stage_checks_section, evaluation_section,
+                    samples_section, config_section):
         body.extend(section(run))
     return page(f"minigpt run report: {run.name}", body)

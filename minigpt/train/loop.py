@@ -48,6 +48,7 @@ from minigpt.train.precision_choice import choose_training_precision
 from minigpt.train.run_control import RunLock, StopRequest, TrainingStopped
 from minigpt.train.run_log import write_curves
 from minigpt.train.run_state import Run, prepare_run
+from minigpt.train.training_checks import TrainingChecks
 from minigpt.train.watchdogs import Watchdogs, WatchdogStop
 
 REBALANCE_EVERY = 25  # steps between two looks at how many minigpt processes share the cores
@@ -145,6 +146,7 @@ def _loop(run: Run, stop: StopRequest) -> dict:
         f"{tokens_per_step:,} tokens/step")
     bar = _progress_bar(cfg.max_steps, progress.step, ddp.main)
     report = _ConsoleReport(cfg.max_steps, budget, progress.elapsed_s)
+    checks = TrainingChecks(progress.best_step, progress.best_val_loss)
     run.model.train()
     try:
         for step in range(progress.step + 1, cfg.max_steps + 1):
@@ -176,7 +178,7 @@ def _loop(run: Run, stop: StopRequest) -> dict:
                                                 result.grad_norm, result.loss, record["tokens_per_sec"]))
             if step % cfg.eval_every == 0 or step == cfg.max_steps or out_of_time:
                 eval_started = time.perf_counter()
-                improved = _evaluate(run, record, val_batches) if ddp.main else False
+                improved = _evaluate(run, record, val_batches, checks) if ddp.main else False
                 # before this eval's checkpoints: a stop here leaves the previous ones
                 _watch(run, record, lambda: run.watch.after_eval(step, record["val_loss"], record.get("sample"))
                        if ddp.main else [], agree=True)
@@ -212,6 +214,7 @@ def _loop(run: Run, stop: StopRequest) -> dict:
             run.log.close()
     summary = _summary(run)
     if ddp.main:
+        summary["checks"] = checks.records(progress.history, run.root / BEST_CHECKPOINT)
         write_curves(progress.history, run.root)
         atomic_write_json(run.root / TRAIN_SUMMARY, summary)
         say(f"[train] done: best val loss {summary['best_val_loss']:.4f} at step {summary['best_step']}, "
@@ -256,13 +259,16 @@ def _append(run: Run, record: dict) -> None:
         run.log.write(record)
 
 
-def _evaluate(run: Run, record: dict, val_batches) -> bool:
+def _evaluate(run: Run, record: dict, val_batches, checks: TrainingChecks) -> bool:
     """Validation loss (and a sample) into the step's record; whether it is the best so far."""
     cfg, progress = run.cfg, run.progress
-    val_loss = batch_loss.evaluate_model(run.scored_model, val_batches, cfg.precision)
+    with checks.validating(run.scored_model, progress.step):
+        val_loss = batch_loss.evaluate_model(run.scored_model, val_batches, cfg.precision)
     record["val_loss"] = round(val_loss, 6)
     if run.average is not None:  # the average is what counts; the trained weights' loss beside it shows its gain
-        record["val_loss_trained"] = round(batch_loss.evaluate_model(run.raw_model, val_batches, cfg.precision), 6)
+        with checks.validating(run.raw_model, progress.step):
+            val_trained = batch_loss.evaluate_model(run.raw_model, val_batches, cfg.precision)
+        record["val_loss_trained"] = round(val_trained, 6)
     if cfg.sample_length:
         record["sample"] = generate_and_print_sample(run.scored_model, run.tokenizer, cfg.sample_prompt,
                                                      cfg.sample_length, run.device, cfg.seed, run.say)
