@@ -30,6 +30,7 @@ from bench_common import (
     machine_kind,
     machine_label,
     prepare_project,
+    refresh_tokens,
     synthetic_corpus,
 )
 from minigpt.core.io_utils import atomic_write_text
@@ -47,9 +48,19 @@ PRESETS = {"debug": ["experiment=debug"], "budget-72s": ["experiment=budget-72s"
 QUIET = ["train.sample_length=200"]
 
 
-def one_run(preset: str, seed: int, work: Path, corpus: Path, extra: list[str]) -> dict:
+def tokens_for(params, work: Path, built: dict) -> None:
+    """The tokenizer, encoded splits and soft targets of this run's params, rebuilt when a preset changes what they
+    are built from (the budget presets train on soft targets the default params do not build)."""
+    wanted = {name: params.section_dict(name) for name in ("tokenizer", "soft_targets")}
+    if built.get("for") != wanted:
+        refresh_tokens(work)
+        built["for"] = wanted
+
+
+def one_run(preset: str, seed: int, work: Path, corpus: Path, extra: list[str], built: dict) -> dict:
     params = compose_project(work, corpus, [*PRESETS[preset], *QUIET, f"train.seed={seed}", f"preflight.seed={seed}",
                                             *extra])
+    tokens_for(params, work, built)
     clear_checkpoints(work)
     started = time.perf_counter()
     report = run_preflight(params, work)
@@ -142,9 +153,10 @@ def main() -> None:
         work = Path(scratch) / "project"
         corpus = args.corpus.resolve() if args.corpus else synthetic_corpus(Path(scratch) / "corpus")
         prepare_project(work, corpus)
+        built: dict = {}
         for preset in presets:
             for seed in range(args.first_seed, args.first_seed + seeds):
-                row = one_run(preset, seed, work, corpus, extra)
+                row = one_run(preset, seed, work, corpus, extra, built)
                 rows.append({"machine": machine_kind(label), "cpu_family_model": label["cpu_family_model"], **row})
                 write_results(args.out, label, args.smoke, rows)
                 fired = ", ".join(f"{n} x{c['fired']}" for n, c in row.get("fired", {}).items()) or "none"

@@ -49,3 +49,21 @@ def test_stops_and_refusals_are_counted_apart_from_trained_runs():
     assert (summary["runs"], summary["stopped"], summary["refused"], summary["warnings"]) == (3, 1, 1, 0)
     assert summary["val_bpc"] == [2.2, 2.2]
     assert summary["val_bpc_spread"] is None, "one trained run has no spread"
+
+
+def test_a_preset_that_builds_other_soft_targets_rebuilds_the_tokens_once(monkeypatch, tmp_path):
+    """The budget presets train on soft targets the default params do not build: their first run rebuilds them."""
+    calls = []
+    monkeypatch.setattr(bench, "refresh_tokens", calls.append)
+
+    class Composed:
+        def __init__(self, order: int):
+            self.order = order
+
+        def section_dict(self, name: str) -> dict:
+            return {"order": self.order} if name == "soft_targets" else {"kind": "char"}
+
+    built: dict = {}
+    for order in (0, 0, 7, 7, 7, 0):
+        bench.tokens_for(Composed(order), tmp_path, built)
+    assert calls == [tmp_path] * 3
