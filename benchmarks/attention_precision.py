@@ -19,7 +19,7 @@ from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 from minigpt.train import train_step
 
 BEFORE = "bf16 step, attention in bf16 (before)"
-# (name, the step's precision, model overrides on the shape as conf/config.yaml defines it)
+# (name, the step's precision, model overrides on the shape as conf/budget/default.yaml defines it)
 MODES = [("fp32 step", "fp32", {"attention_precision": "step"}),
          (BEFORE, "bf16", {"attention_precision": "step"}),
          ("bf16 step, attention in fp32 (now)", "bf16", {"attention_precision": "fp32"}),

@@ -27,9 +27,6 @@ def flops_per_token(config: MiniGPTConfig, params: int) -> float:
     return 6 * params + 12 * config.num_layers * config.block_size * config.embedding_dim
 
 
-ISA_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
-
-
 def machine_label() -> dict:
     """The CPU every figure is measured on: model name, family/model numbers and the ISA flags that decide bf16
     speed (Linux /proc/cpuinfo), so figures of different machines are never mixed."""
@@ -37,20 +34,10 @@ def machine_label() -> dict:
 
     import torch
 
-    cpu, flags, ids = platform.processor() or platform.machine(), set(), {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and cpu in ("", platform.machine(), platform.processor()):
-                cpu = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-            elif key.strip() in ("cpu family", "model"):  # one name ("AMD EPYC") covers several generations
-                ids.setdefault(key.strip().replace(" ", "_"), value.strip())
-    except OSError:
-        pass
-    return {"cpu": cpu, "cpu_family_model": "/".join(ids.get(k, "?") for k in ("cpu_family", "model")),
-            "isa": [f for f in ISA_FLAGS if f in flags], "cores": os.cpu_count(),
+    from minigpt.core.machine import cpu_info, isa
+
+    info = cpu_info()
+    return {"cpu": info.name, "cpu_family_model": info.family_model, "isa": isa(info), "cores": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "platform": platform.platform()}
 
 

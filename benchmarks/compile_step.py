@@ -1,7 +1,7 @@
 """torch.compile on this CPU: the run's training step eager, with the model compiled (train.compile=true), and with
 the whole step (forward, backward, clipping, optimizer) compiled, measured side by side in interleaved rounds.
 
-    python benchmarks/compile_step.py                       # the budget shape `small` as conf/config.yaml sets it
+    python benchmarks/compile_step.py                       # the budget shape `small` as conf/budget/ sets it
     python benchmarks/compile_step.py --shape production --precision fp32
     python benchmarks/compile_step.py --smoke               # seconds (CI): tiny model, one round
 

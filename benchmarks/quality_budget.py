@@ -55,8 +55,8 @@ REFERENCE = ["model.num_layers=4", "model.num_heads=4", "model.embedding_dim=128
 # the same recipe for a wall clock instead of 2000 steps: the LR decays over the budget, as the presets' does
 CLOCKED = ["train.max_steps=1000000"]
 # the budget shape the rule did not pick on the calibration machines, forced: the other shape removed from
-# budget.shapes, so preflight times and trains the one left, exactly as conf/config.yaml defines it (the other side
-# of the rule's calibration, docs/data-and-config.md, "Budget shapes")
+# budget.shapes, so preflight times and trains the one left, exactly as conf/budget/default.yaml defines it (the
+# other side of the rule's calibration, docs/data-and-config.md, "Budget shapes")
 ONLY_PRODUCTION = ["~budget.shapes.small"]
 ONLY_SMALL = ["~budget.shapes.production"]
 # the presets' rows also report dynamic evaluation and the model mixed with the 9-gram (separate columns, never the

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from minigpt.core.paths import DEBUG_REPORT
 from minigpt.core.stage import stage_main
-from minigpt.preflight.checks import format_table
+from minigpt.preflight.checks import describe_time, format_table
 from minigpt.preflight.refusal_log import in_throwaway_copy, report_log_line
 from minigpt.preflight.suite import discard_report, run_preflight
 from minigpt.train.gate import PreflightFailed
@@ -16,9 +16,7 @@ from minigpt.train.gate import PreflightFailed
 def run(params):
     report = run_preflight(params, Path("."))
     print(format_table(report["checks"]))
-    seconds = report["seconds"]
-    print(f"[preflight] checks took {seconds['total']:.2f}s ({seconds['without_overfit']:.2f}s without the overfit "
-          "check)")
+    print(f"[preflight] {describe_time(report['seconds'], params.train.max_seconds)}")
     if not report["passed"]:
         if in_throwaway_copy():  # a queued experiment: its log is all that stays of it (`dvc queue logs`)
             print(report_log_line(report))

@@ -104,16 +104,18 @@ def test_the_gate_refuses_a_report_written_by_other_code_and_names_the_files(pro
         train(params, root, out=lambda _m: None)
 
 
-def test_the_overfit_checks_debug_model_comes_from_conf_and_is_bound_like_code(project, code_copy):
+def test_the_overfit_checks_debug_model_comes_from_params_and_is_bound_by_the_gate(project):
+    """preflight.overfit_model is composed into params.yaml (the library never reads conf/): the check trains the
+    model it names, and a report made for another overfit model is refused."""
     root, source = project
-    params = recompose(root, source, FAST)
-    debug_yaml = code_copy / "conf/model/debug.yaml"
-    debug_yaml.write_text(debug_yaml.read_text().replace("embedding_dim: 64", "embedding_dim: 32"))
+    params = recompose(root, source, [*FAST, "preflight.overfit_model.embedding_dim=32"])
     report = run_preflight(params, root)
     overfit = next(c for c in report["checks"] if c["name"] == "single_batch_overfit")
-    assert overfit["measured"]["model"]["embedding_dim"] == 32, "the check trains the model conf/model/debug.yaml names"
-    edit(debug_yaml)
-    with pytest.raises(GateError, match=r"mismatched fingerprint: code \(conf/model/debug.yaml\)"):
+    assert overfit["measured"]["model"]["embedding_dim"] == 32, "the check trains the model params.yaml names"
+    assert set(report["fingerprints"]["code"]["files"]) == set(run_code_files())
+    assert not any(name.startswith("conf/") for name in run_code_files())
+    params = recompose(root, source, FAST)
+    with pytest.raises(GateError, match=r"mismatched fingerprint: config \(preflight.overfit_model"):
         verify_gate(params, root)
 
 

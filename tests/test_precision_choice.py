@@ -6,6 +6,7 @@ import torch
 
 from helpers.pipeline_fixture import recompose
 from helpers.tiny_models import small_config
+from minigpt.core.machine import CpuInfo, bf16_emulated, cpu_info
 from minigpt.model import precision
 from minigpt.model.gpt import MiniGPT
 from minigpt.preflight.suite import run_preflight
@@ -16,11 +17,22 @@ FAST = ["train.max_steps=20", "train.warmup_steps=5", "train.eval_every=10", "tr
         "train.sample_length=0", "preflight.overfit_steps=30", "preflight.overfit_threshold=5.0"]
 
 
+WITH_BF16 = CpuInfo("a CPU with bf16 instructions", "6/143", frozenset({"sse2", "avx2", "avx512f", "avx512_bf16"}))
+AVX2_ONLY = CpuInfo("a CPU without bf16 instructions", "25/1", frozenset({"sse2", "avx2"}))
+
+
+@pytest.fixture(autouse=True)
+def cpu_with_bf16_instructions(monkeypatch):
+    """These tests are about timing, so they run as if on a CPU where bf16 is worth timing, whatever CPU runs them
+    (on one without bf16 instructions auto takes fp32 without timing: the tests at the end)."""
+    monkeypatch.setattr(precision, "cpu_info", lambda: WITH_BF16)
+
+
 def force(monkeypatch, fp32_s: float, bf16_s: float, calls: list | None = None):
     """Make the timing report these seconds per step (the real timing is exercised by the first test)."""
     def timed(run_once, device, precisions=("fp32", "bf16")):
         if calls is not None:
-            calls.append(run_once)
+            calls.append(precisions)
         return {p: {"fp32": fp32_s, "bf16": bf16_s}[p] for p in precisions}
     monkeypatch.setattr(precision, "interleaved_seconds", timed)
 
@@ -88,3 +100,60 @@ def test_evaluation_chooses_its_precision_from_its_own_forward_passes(monkeypatc
     assert timing["choice"] in ("fp32", "bf16") and timing["fp32_tokens_per_s"] > 0
     force(monkeypatch, 1.0, 3.0)
     assert precision.choose_evaluation_precision(model, "auto", 4, cpu)["choice"] == "fp32"
+
+
+# ------------------------------------------------------------------ a CPU without bf16 instructions times nothing
+
+@pytest.mark.parametrize("flags,emulated", [
+    ({"sse2", "avx2"}, True),  # AVX2 only (the AMD EPYC family 25 model 1)
+    ({"sse2", "avx2", "avx512f"}, True),  # AVX-512 without its bf16 extension
+    ({"sse2", "avx2", "avx512f", "avx512_bf16"}, False),
+    ({"sse2", "avx2", "amx_bf16", "amx_tile"}, False),
+    (set(), False),  # flags unknown: time it
+    ({"fp", "asimd", "bf16"}, False),  # not x86: time it
+])
+def test_bf16_is_emulated_only_on_an_x86_cpu_without_bf16_instructions(flags, emulated):
+    assert bf16_emulated(CpuInfo("cpu", "?/?", frozenset(flags))) is emulated
+
+
+def test_cpu_info_reads_the_name_family_model_and_flags(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    core = "processor\t: {n}\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n" \
+           "model name\t: AMD EPYC 7B13\nflags\t\t: fpu sse2 avx2 fma\n\n"
+    cpuinfo.write_text(core.format(n=0) + core.format(n=1))
+    info = cpu_info(cpuinfo)
+    assert (info.name, info.family_model) == ("AMD EPYC 7B13", "25/1")
+    assert info.flags == {"fpu", "sse2", "avx2", "fma"} and bf16_emulated(info)
+    missing = cpu_info(tmp_path / "absent")
+    assert missing.flags == frozenset() and missing.family_model == "?/?" and not bf16_emulated(missing)
+
+
+def test_on_a_cpu_without_bf16_instructions_auto_is_fp32_without_any_timing(project, monkeypatch):
+    root, source = project
+    monkeypatch.setattr(precision, "cpu_info", lambda: AVX2_ONLY)
+    calls = []
+    force(monkeypatch, 2.0, 1.0, calls)  # bf16 "faster" if anything were timed
+    params = recompose(root, source, FAST + ["train.precision=auto"])
+    report = run_preflight(params, root)
+    assert report["passed"], report["failed"]
+    chosen = report["precision"]
+    assert chosen["choice"] == "fp32" and "no bf16 instructions" in chosen["reason"] and calls == []
+    assert precision.how_chosen(chosen).startswith("auto: this CPU has no bf16 instructions")
+    assert report["seconds"]["timings"] < 0.1
+    assert train(params, root, out=lambda _m: None)["precision"] == "fp32"
+    model = MiniGPT(small_config()).eval()
+    assert precision.choose_evaluation_precision(model, "auto", 4, torch.device("cpu"))["choice"] == "fp32"
+    assert calls == []
+
+
+def test_a_budget_shape_is_timed_in_fp32_alone_on_a_cpu_without_bf16_instructions(project, monkeypatch):
+    from minigpt.train.precision_choice import measure_training
+
+    root, source = project
+    calls = []
+    force(monkeypatch, 2.0, 1.0, calls)
+    params = recompose(root, source, FAST + ["train.precision=auto"])
+    cpu = torch.device("cpu")
+    assert measure_training(params, 64, cpu)["choice"] == "bf16" and calls == [("fp32", "bf16")]
+    monkeypatch.setattr(precision, "cpu_info", lambda: AVX2_ONLY)
+    assert measure_training(params, 64, cpu)["choice"] == "fp32" and calls[1:] == [("fp32",)]

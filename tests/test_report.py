@@ -14,6 +14,7 @@ from helpers import REPO_ROOT
 from helpers.browser import coloured_pixels, visit
 from helpers.pipeline_fixture import copy_project, recompose
 from minigpt.core.charts import Series, drawable, line_chart
+from minigpt.preflight.checks import describe_time
 from minigpt.preflight.refusal_log import PREFIX, in_throwaway_copy, report_from_log, report_log_line
 from minigpt.report.compare import compare_page, differing_params
 from minigpt.report.decision import DECISION_METRICS, DVC_METRICS, decision_metrics
@@ -75,6 +76,9 @@ def test_the_report_stage_writes_the_decision_metrics_alone_and_the_page(finishe
     assert "initial loss:</span> " in html and " nats against log V = " in html
     assert html.count("<details><summary>measured (JSON)</summary>") == len(report["checks"])
     assert "<td>correctness</td>" in html and "<td>numerical</td>" in html and "<td>optimisation</td>" in html
+    # where preflight's time went, under the checks' table
+    assert f'<p class="preflight-time">{escape(describe_time(report["seconds"]))}</p>' in html
+    assert f"preflight {report['seconds']['preflight']:.2f} s" in html
     assert "…" not in html.split("<h2>Preflight</h2>")[1].split("<h2>Training</h2>")[0].replace(" …", ""), \
         "no JSON cut mid-value"
     for heading in ("Decision metrics", "Preflight", "Training", "Evaluation", "Samples", "Config and fingerprints"):

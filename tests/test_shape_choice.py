@@ -78,6 +78,9 @@ def test_preflight_picks_the_shape_the_report_binds_and_train_trains_it(project,
     assert report["passed"], report["failed"]
     record = report["shape"]
     assert record["choice"] == expected and set(record["shapes"]) == {"small", "production"}
+    seconds = report["seconds"]
+    assert seconds["timings"] >= record["seconds"] - 0.01, "the shapes' timings are preflight's timings"
+    assert seconds["preflight"] >= seconds["total"] + seconds["timings"] - 0.01
     for measured in record["shapes"].values():
         assert measured["tokens_per_s"] > 0 and measured["precision"] == "fp32"
         assert measured["tokens_per_parameter"] == pytest.approx(
@@ -131,7 +134,7 @@ def test_budget_presets_choose_among_the_calibrated_shapes(tmp_path, preset):
 def test_the_15_minute_small_shape_is_the_72_second_one_with_dropout(tmp_path):
     """budget-15m sets only the small shape's dropout, off the attention weights (its 15 minutes are ~7 passes over
     wt2-mini and overfit without it), and the moving average of the weights; the nested override must keep every
-    other key of the shape conf/config.yaml defines."""
+    other key of the shape conf/budget/default.yaml defines."""
     from minigpt.core.compose import compose_params
 
     def shapes_of(preset: str) -> tuple:

@@ -12,15 +12,12 @@ import ast
 from pathlib import Path
 
 from minigpt.core.io_utils import canonical_json_digest, sha256_file
-from minigpt.core.paths import DEBUG_MODEL_CONF
 
 PACKAGE = "minigpt"
 # the checkout that holds stages/ and minigpt/ (the code actually imported, also in a copied project)
 CODE_ROOT = Path(__file__).resolve().parents[2]
 # the scripts whose code a training run executes: preflight proves it, train runs it
 RUN_SCRIPTS = ("stages/preflight.py", "stages/train.py")
-# files of the checkout, not Python, that the run's checks read (bound like code)
-RUN_CONF_FILES = (str(DEBUG_MODEL_CONF),)
 
 
 def _module_file(dotted: str, root: Path) -> Path | None:
@@ -71,9 +68,9 @@ def import_closure(script: str | Path, root: Path | None = None) -> list[str]:
 
 
 def run_code_files(root: Path | None = None) -> list[str]:
-    """The files that define a training run: the closure of the preflight and train scripts (+ RUN_CONF_FILES)."""
+    """The files that define a training run: the import closure of the preflight and train scripts."""
     root = root or CODE_ROOT
-    return sorted(set(RUN_CONF_FILES).union(*(import_closure(script, root) for script in RUN_SCRIPTS)))
+    return sorted(set().union(*(import_closure(script, root) for script in RUN_SCRIPTS)))
 
 
 def code_fingerprint(root: Path | None = None) -> dict:

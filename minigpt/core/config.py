@@ -179,6 +179,9 @@ class PreflightConfig(Section):
     overfit_lr: float = _must("> 0", gt=0)
     overfit_batch_size: int = _must(">= 1", ge=1)
     overfit_threshold: float = _must("> 0", gt=0)
+    # the model single_batch_overfit trains whatever the run's model (conf/config.yaml composes the guide's debug
+    # model here)
+    overfit_model: ModelConfig
 
 
 class EvaluateConfig(Section):
@@ -354,16 +357,6 @@ def _read_yaml(path: Path, fix: str) -> Any:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({exc}). {fix}") from None
-
-
-def load_model_conf(path: str | Path) -> ModelConfig:
-    """One model preset of conf/model/ (e.g. the debug model preflight's overfit check trains)."""
-    path = Path(path)
-    raw = _read_yaml(path, "Restore it from git (git checkout -- conf/).")
-    try:
-        return ModelConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(explain(exc.errors()[0], {"model": raw}, str(path), Params, prefix="model")) from None
 
 
 def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:

@@ -32,8 +32,6 @@ SAMPLES_MD = REPORTS_DIR / "samples.md"
 # the run's decision metrics (the only file DVC treats as metrics) and its offline page, written by `report`
 RUN_METRICS = REPORTS_DIR / "metrics.json"
 REPORT_HTML = REPORTS_DIR / "report.html"
-# read from the code's checkout (code_binding.CODE_ROOT), not from the run's folder: the overfit check's model
-DEBUG_MODEL_CONF = Path("conf/model/debug.yaml")
 
 
 def clean_split_path(split: str, clean_dir: Path = CLEAN_DIR) -> Path:

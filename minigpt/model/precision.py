@@ -9,6 +9,7 @@ import time
 
 import torch
 
+from minigpt.core.machine import bf16_emulated, cpu_info
 from minigpt.model import batch_loss
 
 PRECISIONS = ("fp32", "bf16")
@@ -58,11 +59,16 @@ def decide(configured: str, tokens: int, seconds: dict[str, float], spent: float
 
 
 def without_timing(configured: str, device: torch.device) -> dict | None:
-    """The choice when nothing needs timing: an explicit precision, or auto where bf16 cannot run."""
+    """The choice when nothing needs timing: an explicit precision, auto where bf16 cannot run, or auto on a CPU
+    without bf16 instructions (bf16 emulated: fp32 wins there by an order of magnitude)."""
     if configured != "auto":
         return {"configured": configured, "choice": configured}
     if not bf16_usable(device):
         return {"configured": "auto", "choice": "fp32", "reason": f"bf16 is not supported on {device}"}
+    if device.type == "cpu" and bf16_emulated(cpu_info()):
+        return {"configured": "auto", "choice": "fp32",
+                "reason": "this CPU has no bf16 instructions (neither avx512_bf16 nor amx_bf16), so bf16 is emulated "
+                          "and far slower than fp32: fp32, without timing"}
     return None
 
 

@@ -117,6 +117,21 @@ def _safe_threshold(check: Check, ctx: Context) -> str:
         return "(needs an earlier check)"
 
 
+def describe_time(seconds: dict, budget_seconds: float | None = None) -> str:
+    """Where a report's preflight time went, in one line (a field an old report lacks reads "?"); with a time budget
+    (train.max_seconds), the whole preflight's share of it."""
+    def fmt(key: str) -> str:
+        value = seconds.get(key)
+        return f"{value:.2f} s" if isinstance(value, (int, float)) else "?"
+
+    line = (f"checks {fmt('total')} ({fmt('without_overfit')} without the overfit check), this machine's timings "
+            f"(budget shape, precision auto) {fmt('timings')}; preflight {fmt('preflight')}")
+    whole = seconds.get("preflight")
+    if budget_seconds and isinstance(whole, (int, float)):
+        line += f" = {100 * whole / budget_seconds:.1f}% of train.max_seconds ({budget_seconds:g} s)"
+    return line
+
+
 def format_table(checks: list[dict]) -> str:
     """The console summary of a report's checks (CheckResult.to_dict() rows)."""
     rows = [f"{'check':<22} {'status':<8} {'seconds':>8}  detail"]

@@ -8,6 +8,7 @@ data, config and code it checked (minigpt.train.gate), which train verifies befo
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -57,11 +58,18 @@ CHECKS: tuple[Check, ...] = tuple(
                   + step_checks.CHECKS + resume_check.CHECKS + watchdog_check.CHECKS + training_checks.CHECKS))
 
 
-def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict, precision: dict,
-                 shape: dict | None = None) -> dict:
-    env = next((r.measured for r in results if r.name == "environment"), {})
+def time_spent(results: list[CheckResult], timings_seconds: float, preflight_seconds: float) -> dict:
+    """Where preflight's time went: the checks (and without the overfit check), this machine's timings (budget
+    shape, precision auto) and the whole stage's wall clock from its start to the report."""
     total = sum(r.seconds for r in results)
     overfit_seconds = sum(r.seconds for r in results if r.name == "single_batch_overfit")
+    return {"total": round(total, 3), "without_overfit": round(total - overfit_seconds, 3),
+            "timings": round(timings_seconds, 3), "preflight": round(preflight_seconds, 3)}
+
+
+def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict, precision: dict,
+                 shape: dict | None, seconds: dict) -> dict:
+    env = next((r.measured for r in results if r.name == "environment"), {})
     report = {
         "passed": all(r.status == "passed" for r in results),
         "failed": [r.name for r in results if r.status == "failed"],
@@ -69,7 +77,8 @@ def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict, p
         "checks": [r.to_dict() for r in results],
         **{name: ctx.summary.get(name) for name in SUMMARY_FIELDS},
         "environment": env,
-        "seconds": {"total": round(total, 3), "without_overfit": round(total - overfit_seconds, 3)},
+        # "total": the checks' seconds; "timings": the machine's timings; "preflight": the stage's wall clock
+        "seconds": seconds,
         "config": gated_config(ctx.params),
         # how train.precision was chosen: as configured, or (auto) both timings on this machine and the faster
         "precision": precision,
@@ -88,6 +97,7 @@ def discard_report(path: Path) -> None:
 
 def run_preflight(params: Params, root: Path = Path("."), report_path: Path | None = None, **context_overrides) -> dict:
     """Run every check on the real artifacts under root, write the report atomically, return it."""
+    started = time.perf_counter()
     report_path = report_path or root / DEBUG_REPORT
     discard_report(report_path)
     device = select_device(params.train.device)
@@ -98,8 +108,10 @@ def run_preflight(params: Params, root: Path = Path("."), report_path: Path | No
         pass
     # budget.choose_shape: the shape the rule picks from this machine's timings; train.precision: auto becomes fp32
     # or bf16 here. Every check then runs, and the report binds, those choices
+    timing_started = time.perf_counter()
     params, shape, precision = shape_choice.choose_shape(params, tokenizer_vocab or 1, device)
     precision = precision or precision_choice.choose_training_precision(params, tokenizer_vocab or 1, device)
+    timings_seconds = time.perf_counter() - timing_started
     params = params.with_train_precision(precision["choice"])
     # bound before the checks run: the report vouches for the data, config and code that were checked
     fingerprints = current_fingerprints(params, root)
@@ -107,6 +119,7 @@ def run_preflight(params: Params, root: Path = Path("."), report_path: Path | No
     ctx = Context(params=params, root=root, device=device, model_config=model_config, **context_overrides)
     torch.manual_seed(params.preflight.seed)
     results = run_checks(ctx, CHECKS)
-    report = build_report(ctx, results, fingerprints, precision, shape)
+    seconds = time_spent(results, timings_seconds, time.perf_counter() - started)
+    report = build_report(ctx, results, fingerprints, precision, shape, seconds)
     atomic_write_json(report_path, report)
     return report

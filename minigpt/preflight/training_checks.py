@@ -19,9 +19,6 @@ import statistics
 import numpy as np
 import torch
 
-from minigpt.core import code_binding
-from minigpt.core.config import ModelConfig, load_model_conf
-from minigpt.core.paths import DEBUG_MODEL_CONF
 from minigpt.data import batching
 from minigpt.data.bpe import BPETokenizer
 from minigpt.model import batch_loss
@@ -165,14 +162,10 @@ def check_rehearsal_learns(ctx: Context) -> dict:
     return measured
 
 
-def debug_model() -> ModelConfig:
-    """The guide's debug model (conf/model/debug.yaml), trained by single_batch_overfit whatever the run's model."""
-    return load_model_conf(code_binding.CODE_ROOT / DEBUG_MODEL_CONF)
-
-
 def overfit_run(ctx: Context, dropout: float) -> dict:
+    """single_batch_overfit's model is preflight.overfit_model (the guide's debug model), whatever the run's."""
     train, pre = ctx.params.train, ctx.params.preflight
-    config = MiniGPTConfig.from_params(debug_model().model_copy(update={"dropout": dropout}),
+    config = MiniGPTConfig.from_params(pre.overfit_model.model_copy(update={"dropout": dropout}),
                                        ctx.model_config.vocab_size)
     ctx.seed_all(6)
     model = ctx.model_factory(config).to(ctx.device)
@@ -201,8 +194,8 @@ def check_single_batch_overfit(ctx: Context) -> dict:
     main = overfit_run(ctx, 0.0)
     with_dropout = overfit_run(ctx, 0.2)
     ctx.summary["single_batch_final_loss"] = main["final_loss"]
-    measured = {"model": debug_model().model_dump(), "batch": [pre.overfit_batch_size, debug_model().block_size],
-                "steps": pre.overfit_steps,
+    measured = {"model": pre.overfit_model.model_dump(),
+                "batch": [pre.overfit_batch_size, pre.overfit_model.block_size], "steps": pre.overfit_steps,
                 "lr": pre.overfit_lr, "precision": ctx.params.train.precision, "dropout_0.0": main,
                 "dropout_0.2": with_dropout}
     if main["failure"]:

@@ -8,6 +8,7 @@ from html import escape
 
 from minigpt.core.charts import Series, line_chart
 from minigpt.model.precision import how_chosen
+from minigpt.preflight.checks import describe_time
 from minigpt.report.custody_view import custody_section
 from minigpt.report.decision import DECISION_METRICS, decision_metrics
 from minigpt.report.evidence import evidence
@@ -34,6 +35,7 @@ def preflight_section(run: RunFiles) -> list[str]:
         return ["<h2>Preflight</h2>", '<p class="muted">no preflight report (preflight has not run)</p>']
     report = run.preflight
     failed = run.failed_checks
+    budget_seconds = ((report.get("config") or {}).get("train") or {}).get("max_seconds")
     if report.get("passed"):
         banner = ('<div class="banner passed"><span class="passed">Preflight passed</span>: every check held, so '
                   'training was allowed to start.</div>')
@@ -54,7 +56,8 @@ def preflight_section(run: RunFiles) -> list[str]:
         classes.append("failed-row" if status == "failed" else "")
     return ["<h2>Preflight</h2>", banner,
             table(["#", "check", "family", "status", "passes when", "evidence", "s", "message / likely cause"], rows,
-                  classes, cls="preflight")]
+                  classes, cls="preflight"),
+            f'<p class="preflight-time">{escape(describe_time(report.get("seconds") or {}, budget_seconds))}</p>']
 
 
 def evidence_cell(check: dict) -> str:
