@@ -8,7 +8,7 @@ STAMP := $(VENV)/.minigpt-installed
 export PATH := $(abspath $(BIN)):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup params repro test test-slow test-all lint clean-venv
+.PHONY: setup params machine repro test test-slow test-all lint clean-venv
 
 # TORCH=cpu: torch (the version constraints.txt pins) from PyTorch's CPU-only wheel index, so no CUDA libraries
 # are installed; the default takes torch from the indexes pip is configured with (PyPI: on Linux x86_64 the CUDA
@@ -34,8 +34,14 @@ setup: $(STAMP)
 params: $(STAMP)
 	$(BIN)/python -m minigpt.core.compose $(OVERRIDES)
 
+# measure what the presets leave to this machine (train.precision auto, the budget shapes) into conf/machine/ and
+# recompose params.yaml; keeps what is already measured for this machine and configuration (FORCE=1: measure again)
+machine: $(STAMP)
+	$(BIN)/python -m minigpt.train.machine_command $(if $(FORCE),--force)
+	$(BIN)/python -m minigpt.core.compose
+
 # the whole pipeline; DATA=/abs/path uses a local copy (directory or zip) instead of downloading
-repro: $(STAMP)
+repro: machine
 ifdef DATA
 	$(BIN)/dvc exp run -S data=local -S data.path=$(abspath $(DATA))
 else

@@ -53,7 +53,7 @@ def make_runner(params, model_overrides: dict, torch_dropout: bool, precision: s
 
 
 def measure(shape: str, overrides: list[str], precision: str, steps: int, rounds: int, scratch: Path) -> dict:
-    params = shape_params(shape, [f"++budget.shapes.{shape}.model.dropout={DROPOUT}", *overrides], scratch)
+    params = shape_params(shape, [f"model.dropout={DROPOUT}", *overrides], scratch)
     inputs, targets = random_batch(params)
     runners = {name: make_runner(params, update, swap, precision) for name, update, swap in MODES}
     for runner in runners.values():  # warm-up: optimizer state allocated, kernels chosen

@@ -17,11 +17,14 @@ import torch
 
 from bench_common import compose_project, machine_kind, machine_label, synthetic_corpus
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig
-from minigpt.model.precision import choose_evaluation_precision
-from minigpt.train.precision_choice import choose_training_precision
+from minigpt.model.precision import choose_evaluation_precision, without_timing
+from minigpt.train.precision_choice import measure_training
 
-PRESETS = {"debug": ["experiment=debug", "train.precision=auto", "evaluate.precision=auto"], "production": [],
-           "budget shape small": ["experiment=budget-72s"], "budget shape production": ["experiment=budget-15m"]}
+# each preset without this machine's stored choice (machine=none), so auto is timed here
+AUTO = ["machine=none", "train.precision=auto"]
+PRESETS = {"debug": ["experiment=debug", *AUTO, "evaluate.precision=auto"], "production": AUTO,
+           "budget shape small": ["experiment=budget-72s", "shape=small", *AUTO],
+           "budget shape production": ["experiment=budget-15m", "shape=production", *AUTO]}
 VOCAB = 119  # wt2-mini's vocabulary
 
 
@@ -39,10 +42,8 @@ def main() -> None:
             if args.smoke and preset != "debug":
                 continue
             params = compose_project(Path(scratch), corpus, overrides)
-            if params.budget.choose_shape:  # the budget presets' shapes, each as it would be timed in preflight
-                params = params.with_shape(preset.split()[-1])
             device = torch.device("cpu")
-            train = choose_training_precision(params, VOCAB, device)
+            train = without_timing("auto", device) or measure_training(params, VOCAB, device)
             model = MiniGPT(MiniGPTConfig.from_params(params.model, VOCAB)).eval()
             evaluate = choose_evaluation_precision(model, params.evaluate.precision, params.evaluate.batch_size, device)
             rows.append({"preset": preset, "machine": machine_kind(label), "train": train, "evaluate": evaluate})

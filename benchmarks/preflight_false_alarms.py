@@ -155,9 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         corpus = args.corpus or synthetic_corpus(Path(tmp) / "corpus")
         prepare_project(work, corpus)
         for preset in args.presets:
-            params = compose_project(work, corpus, PRESETS[preset] + args.override)
-            if params.budget.choose_shape:
-                params = params.with_shape(BUDGET_SHAPE[preset])
+            shape = [f"shape={BUDGET_SHAPE[preset]}"] if preset in BUDGET_SHAPE else []
+            params = compose_project(work, corpus, PRESETS[preset] + shape + args.override)
             base = base_context(work, params)
             seeds = range(args.first_seed, args.first_seed + args.seeds)
             healthy = [rehearse_once(base, params, s) for s in seeds]

@@ -44,7 +44,6 @@ from minigpt.evaluate.intervals import welch_interval
 from minigpt.model.batch_loss import evaluate_model
 from minigpt.model.checkpoint import load_checkpoint, model_from_checkpoint
 from minigpt.preflight.suite import run_preflight
-from minigpt.train.gate import run_params
 from minigpt.train.loop import train
 
 # nanoGPT README, "I only have a macbook": train_shakespeare_char.py with these CPU overrides (dropout 0)
@@ -54,11 +53,10 @@ REFERENCE = ["model.num_layers=4", "model.num_heads=4", "model.embedding_dim=128
              "train.grad_clip=1.0", "train.precision=fp32", "train.eval_every=250", "train.eval_batches=20"]
 # the same recipe for a wall clock instead of 2000 steps: the LR decays over the budget, as the presets' does
 CLOCKED = ["train.max_steps=1000000"]
-# the budget shape the rule did not pick on the calibration machines, forced: the other shape removed from
-# budget.shapes, so preflight times and trains the one left, exactly as conf/budget/default.yaml defines it (the
-# other side of the rule's calibration, docs/data-and-config.md, "Budget shapes")
-ONLY_PRODUCTION = ["~budget.shapes.small"]
-ONLY_SMALL = ["~budget.shapes.production"]
+# the budget shape the rule did not pick on the calibration machines, forced (conf/shape/; the other side of the
+# rule's calibration, docs/data-and-config.md, "Budget shapes")
+ONLY_PRODUCTION = ["shape=production"]
+ONLY_SMALL = ["shape=small"]
 # the presets' rows also report dynamic evaluation and the model mixed with the 9-gram (separate columns, never the
 # val bpc)
 SEPARATE_FIGURES = ["evaluate.dynamic=true", "evaluate.mixture_order=9"]
@@ -113,16 +111,15 @@ def one_run(name: str, overrides: list[str], work: Path, corpus: Path) -> dict:
         print(f"  preflight failed ({', '.join(report['failed'])}): not trained", flush=True)
         return {"name": name, "overrides": overrides, "preflight_failed": report["failed"]}
     summary = train(params, work, out=lambda msg: print(f"  {msg}", flush=True))
-    params = run_params(params, report)  # the shape and precision the run trained
     try:
         metrics = evaluate_checkpoint(params, work)
     except MinigptError as refused:  # evaluate's own bar (the unigram baseline): a result, and the next run goes on
         print(f"  evaluate refused the model: {refused}", flush=True)
         return {"name": name, "overrides": overrides, "steps": summary["steps"], "evaluate_refused": str(refused)}
-    shape = report.get("shape")
+    machine = report.get("machine")
     return {"name": name, "overrides": overrides, "parameters": summary["parameters"], "steps": summary["steps"],
             "model": summary["model"], "precision": summary["precision"],
-            "shape_choice": shape and {"choice": shape["choice"], "shapes": shape["shapes"]},
+            "shape": params.shape, "machine_choice": machine and {"shape": machine["shape"], "how": machine["how"]},
             "stopped_by": summary["stopped_by"], "train_seconds": summary["train_seconds"],
             "tokens_per_sec_median": summary["tokens_per_sec_median"], "preflight_seconds": preflight_s,
             "tokens_seen": summary["steps"] * params.train.batch_size * params.model.block_size,

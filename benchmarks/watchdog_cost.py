@@ -86,8 +86,6 @@ def main() -> None:
             if args.smoke and preset != "debug":
                 continue
             params = compose_project(Path(scratch), corpus, overrides)
-            if params.budget.choose_shape:
-                params = params.with_shape("small")
             row = {"preset": preset, "machine": machine_kind(label), "precision": params.train.precision,
                    **measure(params, 8 if args.smoke else args.steps)}
             rows.append(row)

@@ -38,7 +38,6 @@ from minigpt.evaluate.checkpoint_eval import evaluate_checkpoint
 from minigpt.evaluate.intervals import welch_interval
 from minigpt.evaluate.scoring_checks import ScoringCheckFailed
 from minigpt.preflight.suite import run_preflight
-from minigpt.train.gate import run_params
 from minigpt.train.loop import train
 from minigpt.train.training_checks import TrainingCheckFailed
 from minigpt.train.watchdogs import WatchdogStop
@@ -69,7 +68,7 @@ def one_run(preset: str, seed: int, work: Path, corpus: Path, extra: list[str], 
         return row
     try:
         summary = train(params, work, out=lambda _m: None)
-        metrics = evaluate_checkpoint(run_params(params, report), work)
+        metrics = evaluate_checkpoint(params, work)
     except WatchdogStop as stop:
         return {**row, "stopped": str(stop), "seconds": time.perf_counter() - started}
     except (TrainingCheckFailed, ScoringCheckFailed) as failed:
@@ -77,7 +76,7 @@ def one_run(preset: str, seed: int, work: Path, corpus: Path, extra: list[str], 
     watch = summary["watchdogs"]
     # the checks train and evaluate record about themselves (a failed one raises above)
     recorded = {**summary["checks"], **metrics["scoring_checks"]}
-    return {**row, "steps": summary["steps"], "shape": (report.get("shape") or {}).get("choice"),
+    return {**row, "steps": summary["steps"], "shape": params.shape,
             "precision": summary["precision"], "tokens_per_sec_median": summary["tokens_per_sec_median"],
             "clipped_fraction": summary["clipped_fraction"], "warnings": summary["warnings"],
             "fired": {n: c for n, c in watch["checks"].items() if c["fired"]},

@@ -16,6 +16,10 @@ from minigpt.train.gate import PreflightFailed
 def run(params):
     report = run_preflight(params, Path("."))
     print(format_table(report["checks"]))
+    if report["machine"]:
+        machine = report["machine"]
+        print(f"[preflight] {machine['file']} (measured on this machine): precision {machine['precision']}"
+              f"{', shape ' + machine['shape'] if machine['shape'] else ''} ({machine['how']})")
     print(f"[preflight] {describe_time(report['seconds'], params.train.max_seconds)}")
     if not report["passed"]:
         if in_throwaway_copy():  # a queued experiment: its log is all that stays of it (`dvc queue logs`)

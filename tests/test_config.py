@@ -38,7 +38,8 @@ def test_time_budget_presets_compose_to_clock_limited_runs(tmp_path, preset, sec
     out = tmp_path / "params.yaml"
     compose_params(out, REPO_ROOT / "conf", [f"experiment={preset}"])
     params = load_params(out)
-    assert params.train.max_seconds == seconds and params.train.precision == "auto"
+    assert params.train.max_seconds == seconds and params.train.precision in ("fp32", "bf16")
+    assert params.shape == params.machine.shape and params.shape in params.budget.shapes
     tokens = params.train.max_steps * params.train.batch_size * params.model.block_size
     assert tokens / 100_000 > 10 * seconds, "even at 100k tokens/s (3x this CPU's fastest) the clock must end the run"
 

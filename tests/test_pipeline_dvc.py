@@ -272,3 +272,41 @@ def test_a_bpe_run_through_dvc_next_to_a_char_run_on_the_comparison_page(tmp_pat
     diffed = project.run(sys.executable, "-m", "minigpt.report", "diff", char_rev, "bpe").stdout
     assert "tokenizer.kind" in diffed and sum(verdict in line for line in diffed.splitlines()
                                               for verdict in VERDICTS) == 2, diffed
+
+
+def test_a_queued_lr_sweep_under_a_budget_preset_trains_each_lr_and_shows_what_trained(tmp_path, fixture_dir):
+    """params.yaml is the run: with the machine's choice measured (`make machine`) and composed, each queued LR of a
+    budget preset is the LR the run applies, and `dvc exp show` lists the shape and precision that trained."""
+    from helpers.machines import TINY_SMALL
+
+    base = ["experiment=budget-72s", "data=local", f"data.path={fixture_dir}", "generate.max_new_tokens=60",
+            "evaluate.dynamic=false", "evaluate.mixture_order=0"]
+    project = DvcProject(tmp_path / "proj", ["experiment=debug", "data=local", f"data.path={fixture_dir}"])
+    root = project.root
+    # the budget preset at fixture scale: the small shape tiny, 8 s of clock
+    (root / "conf/shape/small.yaml").write_text(TINY_SMALL)
+    preset = root / "conf/experiment/budget-72s.yaml"
+    preset.write_text(preset.read_text().replace("max_seconds: 72", "max_seconds: 8"))
+    unmeasured = project.dvc("exp", "run", *[a for o in base for a in ("-S", o)], check=False)
+    assert unmeasured.returncode != 0
+    assert "conf/machine/budget-72s.yaml: no choice has been measured on this machine yet; run `make machine`" in (
+        unmeasured.stdout + unmeasured.stderr)
+    measured = project.run(sys.executable, "-m", "minigpt.train.machine_command")
+    assert "budget-72s measured" in measured.stdout, measured.stdout
+    project.git("add", "-A")
+    project.git("commit", "-q", "-m", "the budget preset at fixture scale, measured on this machine")
+
+    project.dvc("exp", "run", *[a for o in base for a in ("-S", o)], "-S", "train.lr=0.01,0.02", "--queue")
+    swept = project.dvc("exp", "run", "--run-all", "-j", "1", check=False)
+    shown = json.loads(project.dvc("exp", "show", "--json").stdout)
+    runs = [run for rev in shown for e in (rev.get("experiments") or []) for run in e["revs"] if run.get("name")]
+    assert len(runs) == 2 and not any(run.get("error") for run in runs), swept.stdout + swept.stderr
+    applied = {}
+    for run in runs:
+        params = run["data"]["params"]["params.yaml"]["data"]
+        assert params["shape"] == "small" and params["machine"]["shape"] == "small"
+        assert params["model"]["embedding_dim"] == 32 and params["train"]["precision"] == "fp32"
+        log = project.git("show", f"{run['rev']}:reports/train_log.jsonl").stdout.splitlines()
+        applied[params["train"]["lr"]] = max(json.loads(line).get("lr", 0) for line in log)
+    assert sorted(applied) == [0.01, 0.02]
+    assert all(peak == pytest.approx(lr, rel=0.05) for lr, peak in applied.items()), applied

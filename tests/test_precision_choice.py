@@ -1,24 +1,28 @@
-"""precision: auto — preflight times fp32 and bf16 steps of the run's model on this machine, the report records
-both and the choice, the gate binds the choice, train uses exactly it; evaluation chooses its own the same way."""
+"""train.precision: auto — `make machine` times fp32 and bf16 steps of the preset's model on this machine and composes
+the faster into params.yaml; a run refuses an auto that is still auto; evaluation chooses its own precision from its
+forward passes."""
+
+import shutil
 
 import pytest
 import torch
 
+from helpers import REPO_ROOT
+from helpers.machines import AVX2_ONLY, WITH_BF16
 from helpers.pipeline_fixture import recompose
 from helpers.tiny_models import small_config
+from minigpt.core.errors import ConfigError
 from minigpt.core.machine import CpuInfo, bf16_emulated, cpu_info
 from minigpt.model import precision
 from minigpt.model.gpt import MiniGPT
 from minigpt.preflight.suite import run_preflight
-from minigpt.train.gate import GateError, verify_gate
 from minigpt.train.loop import train
+from minigpt.train.precision_choice import measure_training
 
 FAST = ["train.max_steps=20", "train.warmup_steps=5", "train.eval_every=10", "train.eval_batches=2",
         "train.sample_length=0", "preflight.overfit_steps=30", "preflight.overfit_threshold=5.0"]
 
 
-WITH_BF16 = CpuInfo("a CPU with bf16 instructions", "6/143", frozenset({"sse2", "avx2", "avx512f", "avx512_bf16"}))
-AVX2_ONLY = CpuInfo("a CPU without bf16 instructions", "25/1", frozenset({"sse2", "avx2"}))
 
 
 @pytest.fixture(autouse=True)
@@ -37,59 +41,47 @@ def force(monkeypatch, fp32_s: float, bf16_s: float, calls: list | None = None):
     monkeypatch.setattr(precision, "interleaved_seconds", timed)
 
 
-def test_auto_times_both_precisions_and_the_report_binds_the_faster(project):
+def test_auto_times_both_precisions_and_the_faster_wins(project):
     root, source = project
-    params = recompose(root, source, FAST + ["train.precision=auto"])
-    report = run_preflight(params, root)
-    timing = report["precision"]
+    params = recompose(root, source, FAST + ["train.precision=auto", "machine=none"])
+    timing = measure_training(params, 64, torch.device("cpu"))  # real timing
     assert timing["configured"] == "auto" and timing["choice"] in ("fp32", "bf16")
     assert timing["fp32_tokens_per_s"] > 0 and timing["bf16_tokens_per_s"] > 0
     faster = "bf16" if timing["bf16_tokens_per_s"] > timing["fp32_tokens_per_s"] else "fp32"
-    assert timing["choice"] == faster and report["config"]["train"]["precision"] == faster
-    assert report["passed"], report["failed"]
-    verify_gate(params, root)  # params still say auto: the gate reads the choice from the report
-    assert train(params, root, out=lambda _m: None)["precision"] == faster
+    assert timing["choice"] == faster and timing["tokens_per_s"] == timing[f"{faster}_tokens_per_s"]
 
 
 @pytest.mark.parametrize("fp32_s,bf16_s,expected", [(2.0, 1.0, "bf16"), (1.0, 2.0, "fp32")])
-def test_train_runs_in_exactly_the_precision_preflight_chose(project, monkeypatch, fp32_s, bf16_s, expected):
-    root, source = project
-    force(monkeypatch, fp32_s, bf16_s)
-    params = recompose(root, source, FAST + ["train.precision=auto"])
-    report = run_preflight(params, root)
-    assert report["precision"]["choice"] == expected and report["precision"]["bf16_vs_fp32"] == fp32_s / bf16_s
-    assert report["passed"], report["failed"]
-    messages = []
-    summary = train(params, root, out=messages.append)
-    assert summary["precision"] == expected
-    assert any(m.startswith(f"[train] precision auto: {expected} (preflight's choice; auto: fp32 ") for m in messages)
+def test_make_machine_composes_the_faster_precision_into_the_default_preset(tmp_path, monkeypatch, fp32_s, bf16_s,
+                                                                            expected):
+    from minigpt.core.compose import compose_params
+    from minigpt.core.config import load_params
+    from minigpt.train.machine_choice import verify_machine_choice
+    from minigpt.train.machine_command import measure_machine
 
-
-def test_an_explicit_precision_is_used_as_configured_without_timing(project, monkeypatch):
-    root, source = project
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO_ROOT / "conf", conf)
     calls = []
-    force(monkeypatch, 2.0, 1.0, calls)
-    params = recompose(root, source, FAST + ["train.precision=fp32"])
-    report = run_preflight(params, root)
-    assert report["precision"] == {"configured": "fp32", "choice": "fp32"} and calls == []
+    force(monkeypatch, fp32_s, bf16_s, calls)
+    measure_machine(conf, force=True, say=lambda _m: None)
+    assert ("fp32", "bf16") in calls
+    compose_params(tmp_path / "params.yaml", conf, [])
+    params = load_params(tmp_path / "params.yaml")
+    assert params.train.precision == expected == params.machine.precision
+    assert params.machine.timed is not None and f"fp32 {1 / fp32_s * 32 * 128:,.0f}" in params.machine.how
+    assert verify_machine_choice(params) == params.machine
+    # an explicit precision replaces the choice: nothing of it is used
+    compose_params(tmp_path / "explicit.yaml", conf, ["train.precision=" + ("fp32" if expected == "bf16" else "bf16")])
+    assert verify_machine_choice(load_params(tmp_path / "explicit.yaml")) is None
 
 
-def test_the_gate_refuses_a_report_whose_choice_differs_from_an_explicit_precision(project, monkeypatch):
+def test_an_auto_that_is_still_auto_is_refused(project):
     root, source = project
-    force(monkeypatch, 2.0, 1.0)
-    run_preflight(recompose(root, source, FAST + ["train.precision=auto"]), root)
-    explicit = recompose(root, source, FAST + ["train.precision=fp32"])
-    with pytest.raises(GateError, match=r"config \(train.precision\)"):
-        verify_gate(explicit, root)
-
-
-def test_without_a_report_an_auto_run_times_the_precisions_itself(project, monkeypatch):
-    root, source = project
-    force(monkeypatch, 2.0, 1.0)
-    params = recompose(root, source, FAST + ["train.precision=auto"])
-    messages = []
-    assert train(params, root, require_gate=False, out=messages.append)["precision"] == "bf16"
-    assert any(m.startswith("[train] precision auto: bf16") for m in messages)
+    params = recompose(root, source, FAST + ["train.precision=auto", "machine=none"])
+    with pytest.raises(ConfigError, match=r"'train.precision' is auto but no choice measured on this machine"):
+        train(params, root, require_gate=False, out=lambda _m: None)
+    with pytest.raises(ConfigError, match=r"'train.precision' is auto"):
+        run_preflight(params, root)
 
 
 def test_evaluation_chooses_its_precision_from_its_own_forward_passes(monkeypatch):
@@ -128,31 +120,23 @@ def test_cpu_info_reads_the_name_family_model_and_flags(tmp_path):
     assert missing.flags == frozenset() and missing.family_model == "?/?" and not bf16_emulated(missing)
 
 
-def test_on_a_cpu_without_bf16_instructions_auto_is_fp32_without_any_timing(project, monkeypatch):
-    root, source = project
+def test_on_a_cpu_without_bf16_instructions_auto_is_fp32_without_any_timing(monkeypatch):
     monkeypatch.setattr(precision, "cpu_info", lambda: AVX2_ONLY)
     calls = []
     force(monkeypatch, 2.0, 1.0, calls)  # bf16 "faster" if anything were timed
-    params = recompose(root, source, FAST + ["train.precision=auto"])
-    report = run_preflight(params, root)
-    assert report["passed"], report["failed"]
-    chosen = report["precision"]
-    assert chosen["choice"] == "fp32" and "no bf16 instructions" in chosen["reason"] and calls == []
+    chosen = precision.without_timing("auto", torch.device("cpu"))
+    assert chosen["choice"] == "fp32" and "no bf16 instructions" in chosen["reason"]
     assert precision.how_chosen(chosen).startswith("auto: this CPU has no bf16 instructions")
-    assert report["seconds"]["timings"] < 0.1
-    assert train(params, root, out=lambda _m: None)["precision"] == "fp32"
     model = MiniGPT(small_config()).eval()
     assert precision.choose_evaluation_precision(model, "auto", 4, torch.device("cpu"))["choice"] == "fp32"
     assert calls == []
 
 
 def test_a_budget_shape_is_timed_in_fp32_alone_on_a_cpu_without_bf16_instructions(project, monkeypatch):
-    from minigpt.train.precision_choice import measure_training
-
     root, source = project
     calls = []
     force(monkeypatch, 2.0, 1.0, calls)
-    params = recompose(root, source, FAST + ["train.precision=auto"])
+    params = recompose(root, source, FAST + ["train.precision=auto", "machine=none"])
     cpu = torch.device("cpu")
     assert measure_training(params, 64, cpu)["choice"] == "bf16" and calls == [("fp32", "bf16")]
     monkeypatch.setattr(precision, "cpu_info", lambda: AVX2_ONLY)

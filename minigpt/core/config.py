@@ -140,7 +140,8 @@ class TrainConfig(Section):
     sample_prompt: str = _must("a non-empty string", min_length=1)
     sample_length: int = _must(">= 0", ge=0)
     device: Literal["auto", "cpu", "cuda", "mps"]
-    # auto: preflight times fp32 and bf16 steps of this model and the run uses the faster (the gate binds it)
+    # auto: `make machine` measures which is faster here and composes it in (conf/machine/); a stage refuses an
+    # auto that is still auto (minigpt.train.machine_choice)
     precision: Literal["fp32", "bf16", "auto"]
     compile: bool
     resume_from: Optional[str]
@@ -255,18 +256,28 @@ class GenerateConfig(Section):
     seed: int
 
 
-class ShapeConfig(Section):
-    """One shape a time-budgeted run may train: model keys and train keys that replace the composed ones."""
-    model: dict[str, Any] = Field(default_factory=dict)
-    train: dict[str, Any] = Field(default_factory=dict)
-
-
 class BudgetConfig(Section):
-    # true: preflight times each shape's training step on this machine and the run trains the one the rule picks
-    # (minigpt.train.shape_choice); false: the model and train sections as written
-    choose_shape: bool
+    # the budget shapes (conf/shape/) `make machine` times for a preset with a clock; empty: no shape is chosen
+    shapes: list[str]
     min_tokens_per_parameter: float = _must("> 0", gt=0)
-    shapes: dict[str, ShapeConfig]
+
+
+class MachineConfig(Section):
+    """A choice `make machine` measured on one machine and composed in (conf/machine/<file>.yaml): the values it
+    sets (train.precision, and a budget preset's shape) are in the train and model sections like any other;
+    this record says where they came from, so a run can refuse a choice made elsewhere
+    (minigpt.train.machine_choice)."""
+    file: str = _must("the conf/machine/ file the choice is stored in", min_length=1)
+    # what the choice was measured on (minigpt.core.machine.machine_label); null: not measured yet
+    label: Optional[str]
+    # digest of the configuration it timed (minigpt.train.machine_choice.timed_digest); null: nothing needed timing
+    timed: Optional[str]
+    shape: Optional[str]
+    precision: Literal["fp32", "bf16"]
+    # the chosen configuration's measured training tokens/s (the throughput watchdog's reference); null: not timed
+    tokens_per_s: Optional[float] = _must("> 0 (or null)", gt=0)
+    # how it was chosen, in one line (the console, the report and the run page)
+    how: str
 
 
 class Params(Section):
@@ -282,6 +293,10 @@ class Params(Section):
     generate: GenerateConfig
     budget: BudgetConfig
     soft_targets: SoftTargetsConfig
+    # the budget shape composed in (conf/shape/), null: none
+    shape: Optional[str]
+    # the machine's measured choice composed in (conf/machine/), null: none (every value set by hand)
+    machine: Optional[MachineConfig]
 
     @model_validator(mode="after")
     def _distillation_has_targets(self):
@@ -293,15 +308,10 @@ class Params(Section):
 
     @model_validator(mode="after")
     def _budget_has_a_clock(self):
-        if not self.budget.choose_shape:
-            return self
-        if self.train.max_seconds is None:
-            raise ValueError("'budget.choose_shape' is true but 'train.max_seconds' is null: the shape is chosen from "
-                             "the tokens this machine trains in that budget; set train.max_seconds (or use "
+        if self.budget.shapes and self.train.max_seconds is None:
+            raise ValueError("'budget.shapes' lists shapes to choose from but 'train.max_seconds' is null: a shape is "
+                             "chosen by the tokens this machine trains in that budget; set train.max_seconds (or use "
                              "experiment=budget-72s / budget-15m).")
-        if not self.budget.shapes:
-            raise ValueError("'budget.choose_shape' is true but 'budget.shapes' is empty; list at least one shape to "
-                             "choose from.")
         return self
 
     @model_validator(mode="after")
@@ -315,23 +325,6 @@ class Params(Section):
     def section_dict(self, name: str) -> dict[str, Any]:
         return getattr(self, name).model_dump()
 
-    def with_train_precision(self, choice: str) -> "Params":
-        """These params with train.precision set to a resolved choice (fp32 or bf16) instead of auto."""
-        if self.train.precision == choice:
-            return self
-        return self.model_copy(update={"train": self.train.model_copy(update={"precision": choice})})
-
-    def with_shape(self, name: str, source: str = DEFAULT_PARAMS) -> "Params":
-        """These params with budget shape `name` applied (its model and train keys replace the composed ones)."""
-        shape = self.budget.shapes[name]
-        if "max_seconds" in shape.train:
-            raise ConfigError(f"{source}: 'budget.shapes.{name}.train.max_seconds' is not allowed: the budget is "
-                              "train.max_seconds of the run, the same for every shape.")
-        raw = self.model_dump()
-        raw["model"].update(shape.model)
-        raw["train"].update(shape.train)
-        return _validated(raw, f"{source}: budget.shapes.{name}")
-
 
 def _validated(raw: dict, source: str) -> Params:
     try:
@@ -343,11 +336,7 @@ def _validated(raw: dict, source: str) -> Params:
 def params_from_dict(raw: Any, source: str = DEFAULT_PARAMS) -> Params:
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping of sections, got {type(raw).__name__}.")
-    params = _validated(raw, source)
-    if params.budget.choose_shape:  # every shape must make a valid run, whichever the machine picks
-        for name in params.budget.shapes:
-            params.with_shape(name, source)
-    return params
+    return _validated(raw, source)
 
 
 def _read_yaml(path: Path, fix: str) -> Any:

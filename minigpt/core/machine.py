@@ -46,3 +46,16 @@ def bf16_emulated(info: CpuInfo) -> bool:
     about 16x slower than fp32 in a training step (docs/data-and-config.md, "precision: auto"), so there is nothing
     to time. Elsewhere (ARM, unknown flags) this says False and the timing decides."""
     return "sse2" in info.flags and not any(flag in info.flags for flag in BF16_INSTRUCTIONS)
+
+
+def machine_label(device: str = "cpu") -> str:
+    """What a measured choice is keyed by: the CPU (model name, family/model, the bf16-deciding ISA flags), its
+    cores and torch's threads, the torch version and the device the run trains on. Any change re-measures."""
+    import os
+
+    import torch
+
+    info = cpu_info()
+    flags = "+".join(isa(info)) or "no listed ISA"
+    return (f"{info.name} ({info.family_model}; {flags}), {os.cpu_count()} cores, {torch.get_num_threads()} threads, "
+            f"torch {torch.__version__}, {device}")

@@ -124,8 +124,7 @@ def describe_time(seconds: dict, budget_seconds: float | None = None) -> str:
         value = seconds.get(key)
         return f"{value:.2f} s" if isinstance(value, (int, float)) else "?"
 
-    line = (f"checks {fmt('total')} ({fmt('without_overfit')} without the overfit check), this machine's timings "
-            f"(budget shape, precision auto) {fmt('timings')}; preflight {fmt('preflight')}")
+    line = f"checks {fmt('total')} ({fmt('without_overfit')} without the overfit check); preflight {fmt('preflight')}"
     whole = seconds.get("preflight")
     if budget_seconds and isinstance(whole, (int, float)):
         line += f" = {100 * whole / budget_seconds:.1f}% of train.max_seconds ({budget_seconds:g} s)"

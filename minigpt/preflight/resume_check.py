@@ -34,9 +34,7 @@ def resume_params(ctx: Context):
         "max_steps": RESUME_AT + MORE, "warmup_steps": min(ctx.params.train.warmup_steps, 2),
         "eval_every": RESUME_AT, "eval_batches": 1, "sample_length": 0, "max_seconds": None, "resume_from": None,
         "compile": False, "batch_size": ctx.params.preflight.batch_size})
-    # the shape preflight chose is already applied: the scratch runs train it without choosing again
-    budget = ctx.params.budget.model_copy(update={"choose_shape": False})
-    return ctx.params.model_copy(update={"train": train_cfg, "budget": budget})
+    return ctx.params.model_copy(update={"train": train_cfg})
 
 
 def _scratch_project(root: Path, folder: Path) -> Path:

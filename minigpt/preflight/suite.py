@@ -33,8 +33,8 @@ from minigpt.preflight import (
 )
 from minigpt.preflight.checks import Check, CheckResult, run_checks
 from minigpt.preflight.context import Context
-from minigpt.train import precision_choice, shape_choice
 from minigpt.train.gate import current_fingerprints, gated_config
+from minigpt.train.machine_choice import verify_machine_choice
 
 SUMMARY_FIELDS = ("tokenizer_fingerprint", "vocab_size", "token_range", "batch_shape", "initial_loss",
                   "expected_initial_loss", "grad_norm", "missing_gradients", "frozen_parameters", "param_update_max",
@@ -58,17 +58,17 @@ CHECKS: tuple[Check, ...] = tuple(
                   + step_checks.CHECKS + resume_check.CHECKS + watchdog_check.CHECKS + training_checks.CHECKS))
 
 
-def time_spent(results: list[CheckResult], timings_seconds: float, preflight_seconds: float) -> dict:
-    """Where preflight's time went: the checks (and without the overfit check), this machine's timings (budget
-    shape, precision auto) and the whole stage's wall clock from its start to the report."""
+def time_spent(results: list[CheckResult], preflight_seconds: float) -> dict:
+    """Where preflight's time went: the checks (and without the overfit check) and the whole stage's wall clock from
+    its start to the report (preflight times nothing: the machine's choices are measured by `make machine`)."""
     total = sum(r.seconds for r in results)
     overfit_seconds = sum(r.seconds for r in results if r.name == "single_batch_overfit")
     return {"total": round(total, 3), "without_overfit": round(total - overfit_seconds, 3),
-            "timings": round(timings_seconds, 3), "preflight": round(preflight_seconds, 3)}
+            "preflight": round(preflight_seconds, 3)}
 
 
-def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict, precision: dict,
-                 shape: dict | None, seconds: dict) -> dict:
+def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict, machine: dict | None,
+                 seconds: dict) -> dict:
     env = next((r.measured for r in results if r.name == "environment"), {})
     report = {
         "passed": all(r.status == "passed" for r in results),
@@ -77,13 +77,11 @@ def build_report(ctx: Context, results: list[CheckResult], fingerprints: dict, p
         "checks": [r.to_dict() for r in results],
         **{name: ctx.summary.get(name) for name in SUMMARY_FIELDS},
         "environment": env,
-        # "total": the checks' seconds; "timings": the machine's timings; "preflight": the stage's wall clock
+        # "total": the checks' seconds; "preflight": the stage's wall clock
         "seconds": seconds,
         "config": gated_config(ctx.params),
-        # how train.precision was chosen: as configured, or (auto) both timings on this machine and the faster
-        "precision": precision,
-        # budget.choose_shape: every shape's measured tokens/s and tokens per parameter in the budget, and the choice
-        "shape": shape,
+        # the machine's measured choice the run uses (conf/machine/, proven to be this machine's), or null
+        "machine": machine,
         "fingerprints": fingerprints,
     }
     report["report_digest"] = canonical_json_digest(report)
@@ -100,26 +98,21 @@ def run_preflight(params: Params, root: Path = Path("."), report_path: Path | No
     started = time.perf_counter()
     report_path = report_path or root / DEBUG_REPORT
     discard_report(report_path)
+    # the values this machine chose (train.precision, a budget shape) are in params; refuse them if made elsewhere
+    machine = verify_machine_choice(params)
     device = select_device(params.train.device)
     tokenizer_vocab = None
     try:
         tokenizer_vocab = load_tokenizer(root / TOKENIZER_FILE).vocab_size
     except MinigptError:
         pass
-    # budget.choose_shape: the shape the rule picks from this machine's timings; train.precision: auto becomes fp32
-    # or bf16 here. Every check then runs, and the report binds, those choices
-    timing_started = time.perf_counter()
-    params, shape, precision = shape_choice.choose_shape(params, tokenizer_vocab or 1, device)
-    precision = precision or precision_choice.choose_training_precision(params, tokenizer_vocab or 1, device)
-    timings_seconds = time.perf_counter() - timing_started
-    params = params.with_train_precision(precision["choice"])
     # bound before the checks run: the report vouches for the data, config and code that were checked
     fingerprints = current_fingerprints(params, root)
     model_config = MiniGPTConfig.from_params(params.model, tokenizer_vocab or 1)
     ctx = Context(params=params, root=root, device=device, model_config=model_config, **context_overrides)
     torch.manual_seed(params.preflight.seed)
     results = run_checks(ctx, CHECKS)
-    seconds = time_spent(results, timings_seconds, time.perf_counter() - started)
-    report = build_report(ctx, results, fingerprints, precision, shape, seconds)
+    seconds = time_spent(results, time.perf_counter() - started)
+    report = build_report(ctx, results, fingerprints, machine and machine.model_dump(), seconds)
     atomic_write_json(report_path, report)
     return report

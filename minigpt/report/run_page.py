@@ -15,7 +15,6 @@ from minigpt.report.evidence import evidence
 from minigpt.report.html import fmt, page, table
 from minigpt.report.run_files import RunFiles, ngram_weight
 from minigpt.report.stage_checks_view import stage_checks_section
-from minigpt.train.shape_choice import describe as describe_shapes
 
 
 def precision_line(what: str, record: dict | None) -> str:
@@ -25,9 +24,13 @@ def precision_line(what: str, record: dict | None) -> str:
     return f"<p>{what}: <b>{escape(str(record.get('choice')))}</b> ({escape(how_chosen(record))})</p>"
 
 
-def shape_line(record: dict | None) -> str:
-    """budget.choose_shape: each shape's measured speed and tokens per parameter in the budget, and the choice."""
-    return f"<p>budget shape: {escape(describe_shapes(record))}</p>" if record else ""
+def machine_line(record: dict | None) -> str:
+    """The machine's measured choice the run used (conf/machine/): its precision, its shape and how it was chosen."""
+    if not record:
+        return ""
+    shape = f", shape <b>{escape(str(record.get('shape')))}</b>" if record.get("shape") else ""
+    return (f"<p>this machine's choice ({escape(str(record.get('file')))}): precision "
+            f"<b>{escape(str(record.get('precision')))}</b>{shape} ({escape(str(record.get('how')))})</p>")
 
 
 def preflight_section(run: RunFiles) -> list[str]:
@@ -44,7 +47,7 @@ def preflight_section(run: RunFiles) -> list[str]:
         banner = (f'<div class="banner failed"><span class="failed">Preflight failed: {escape(names)}</span>. '
                   "The gate refused to train this run.</div>")
     rows, classes = [], []
-    banner += shape_line(report.get("shape")) + precision_line("training precision", report.get("precision"))
+    banner += machine_line(report.get("machine"))
     for i, check in enumerate(report.get("checks", []), 1):
         status = check.get("status", "?")
         detail = escape(check.get("message", ""))

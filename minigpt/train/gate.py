@@ -10,21 +10,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minigpt.core.code_binding import changed_files, code_fingerprint, name_files
-from minigpt.core.config import Params
+from minigpt.core.config import MachineConfig, Params
 from minigpt.core.errors import MinigptError
 from minigpt.core.io_utils import canonical_json_digest, read_json, sha256_file
 from minigpt.core.paths import DEBUG_REPORT, ENCODED_DIR, SOFT_TARGETS_DIR, SPLITS, TOKENIZER_FILE
 from minigpt.data.encode import split_hashes
 from minigpt.data.soft_target_files import ARRAYS_NAME
 from minigpt.data.tokenizer_files import load_tokenizer
+from minigpt.train.machine_choice import verify_machine_choice
 
 # train.* keys whose value changes what preflight proves (the gate refuses a report made with other values):
-# the rehearsal runs the run's optimizer, schedule (over max_steps, down to min_lr), clipping and precision;
-# precision auto is timed at the run's batch size, and budget.choose_shape picks from the tokens in max_seconds
+# the rehearsal runs the run's optimizer, schedule (over max_steps, down to min_lr), clipping and precision,
+# and a machine choice was timed at the run's batch size and chosen by the tokens in max_seconds
 GATED_TRAIN_KEYS = ("lr", "min_lr", "max_steps", "warmup_steps", "weight_decay", "betas", "grad_clip", "device",
                     "precision", "batch_size", "max_seconds", "optimizer", "distill_alpha")
 # whole sections the report binds (with GATED_TRAIN_KEYS); dvc.yaml's preflight params list the same
-GATED_SECTIONS = ("model", "preflight", "budget", "soft_targets")
+# (shape: the budget shape composed in; machine: where the machine-dependent values came from)
+GATED_SECTIONS = ("model", "preflight", "budget", "soft_targets", "shape", "machine")
 
 
 class PreflightFailed(MinigptError):
@@ -35,8 +37,12 @@ class GateError(MinigptError):
     """Training refused: the debug report is missing, failed, edited, or made for other data/config/code."""
 
 
+def _plain(value):
+    return value.model_dump() if hasattr(value, "model_dump") else value
+
+
 def gated_config(params: Params) -> dict:
-    config = {name: params.section_dict(name) for name in GATED_SECTIONS}
+    config = {name: _plain(getattr(params, name)) for name in GATED_SECTIONS}
     config["train"] = {k: params.section_dict("train")[k] for k in GATED_TRAIN_KEYS}
     return config
 
@@ -55,29 +61,17 @@ def current_fingerprints(params: Params, root: Path = Path(".")) -> dict:
             "code": code_fingerprint(), "soft_targets": soft}
 
 
-def run_params(params: Params, report: dict, path: Path = Path(DEBUG_REPORT)) -> Params:
-    """The params the gated run uses: budget.choose_shape and train.precision auto resolved to the choices the
-    report made (and binds)."""
-    if params.budget.choose_shape:
-        shape = (report.get("shape") or {}).get("choice")
-        if shape not in params.budget.shapes:
-            raise GateError(f"{path}: budget.choose_shape is true but the report holds no choice among "
-                            f"{', '.join(params.budget.shapes)}; rerun preflight (`dvc repro preflight`) to time the "
-                            "shapes on this machine.")
-        params = params.with_shape(shape)
-    if params.train.precision != "auto":
-        return params
-    choice = (report.get("precision") or {}).get("choice")
-    if choice not in ("fp32", "bf16"):
-        raise GateError(f"{path}: train.precision is auto but the report holds no precision choice; rerun preflight "
-                        "(`dvc repro preflight`) to time fp32 and bf16 on this machine.")
-    return params.with_train_precision(choice)
+def _changed_keys(section: str, old, new) -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [f"{section}.{k}" for k in new if old.get(k) != new[k]]
+    return [section] if old != new else []
 
 
 @dataclass(frozen=True)
 class GatePassed:
     report: dict  # the debug report that passed
-    params: Params  # the params the run trains with: the shape and precision the report chose (run_params)
+    params: Params  # the params the run trains with (exactly params.yaml's)
+    machine: MachineConfig | None  # the machine's measured choice it uses, proven to be this machine's
 
 
 def verify_gate(params: Params, root: Path = Path("."), report_path: Path | None = None) -> GatePassed:
@@ -96,7 +90,7 @@ def verify_gate(params: Params, root: Path = Path("."), report_path: Path | None
     if not report.get("passed"):
         raise GateError(f"{path}: preflight failed ({', '.join(report.get('failed') or ['?'])}); fix that, then rerun "
                         f"preflight. {refresh}")
-    params = run_params(params, report, path)
+    machine = verify_machine_choice(params)
     now = current_fingerprints(params, root)
     then = report.get("fingerprints") or {}
     stale = [f"encoded {s}" for s in SPLITS if (then.get("encoded") or {}).get(s) != now["encoded"][s]]
@@ -107,11 +101,11 @@ def verify_gate(params: Params, root: Path = Path("."), report_path: Path | None
     if then.get("config") != now["config"]:
         old = report.get("config") or {}
         new = gated_config(params)
-        changed = [f"{sec}.{k}" for sec in new for k in new[sec] if (old.get(sec) or {}).get(k) != new[sec][k]]
+        changed = [name for sec in new for name in _changed_keys(sec, old.get(sec), new[sec])]
         stale.append("config (" + (", ".join(changed) or "changed") + ")")
     if (then.get("code") or {}).get("digest") != now["code"]["digest"]:
         stale.append("code (" + (name_files(changed_files(then.get("code"), now["code"])) or "changed") + ")")
     if stale:
         raise GateError(f"{path}: the report was made for other inputs; mismatched fingerprint: {'; '.join(stale)}. "
                         f"{refresh}")
-    return GatePassed(report, params)
+    return GatePassed(report, params, machine)

@@ -27,24 +27,21 @@ from minigpt.core.paths import (
     BEST_CHECKPOINT,
     LATEST_CHECKPOINT,
     MODELS_DIR,
-    TOKENIZER_FILE,
     TRAIN_LOCK,
     TRAIN_SUMMARY,
 )
 from minigpt.core.provenance import Custody
-from minigpt.data.tokenizer_files import Tokenizer, load_tokenizer
+from minigpt.data.tokenizer_files import Tokenizer
 from minigpt.model import batch_loss
 from minigpt.model.checkpoint import (
     load_checkpoint,
 )
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 from minigpt.model.nonfinite import NonFiniteTracker
-from minigpt.model.precision import how_chosen
 from minigpt.model.sampling import SamplingSettings, sample_text
-from minigpt.train import distill, distributed, schedule_spec, shape_choice, train_step
-from minigpt.train.distributed import Dist
+from minigpt.train import distill, distributed, schedule_spec, train_step
 from minigpt.train.gate import verify_gate
-from minigpt.train.precision_choice import choose_training_precision
+from minigpt.train.machine_choice import require_resolved_precision
 from minigpt.train.run_control import RunLock, StopRequest, TrainingStopped
 from minigpt.train.run_log import write_curves
 from minigpt.train.run_state import Run, prepare_run
@@ -91,18 +88,12 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
     if require_gate:
         gate = verify_gate(params, root)
         custody.take("preflight report")
-        report, params = gate.report, gate.params  # the shape and precision preflight chose (and the gate binds)
-        if report.get("shape"):
-            say(f"[train] budget shape: {shape_choice.describe(report['shape'])}")
-        timing = report["precision"]
-        reference = timing.get(f"{params.train.precision}_tokens_per_s")
-        if timing.get("configured") == "auto":
-            say(f"[train] precision auto: {params.train.precision} (preflight's choice; {how_chosen(timing)})")
-    elif params.budget.choose_shape:
-        raise ConfigError("budget.choose_shape is true: the shape is chosen by preflight's timings, so this run needs "
-                          "the gate (run preflight first), or set budget.choose_shape=false and a model.")
-    elif params.train.precision == "auto":
-        params = _choose_precision_ungated(params, root, ddp, say)
+        if gate.machine is not None:  # the machine's measured choice, proven to be this machine's by the gate
+            say(f"[train] {gate.machine.file}: precision {gate.machine.precision}"
+                f"{f', shape {gate.machine.shape}' if gate.machine.shape else ''} ({gate.machine.how})")
+            reference = gate.machine.tokens_per_s
+    else:
+        require_resolved_precision(params)
     cfg = params.train
     if cfg.batch_size % ddp.world:
         raise ConfigError(f"'train.batch_size' = {cfg.batch_size} must be divisible by the {ddp.world} processes")
@@ -121,17 +112,6 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
             custody.made(*provenance.TRAIN_OUTPUTS)
             custody.write()
         return summary
-
-
-def _choose_precision_ungated(params: Params, root: Path, ddp: Dist, say) -> Params:
-    """train.precision auto without a preflight report: time both here (every rank trains in bf16 if any chose it)."""
-    vocab = load_tokenizer(root / TOKENIZER_FILE).vocab_size
-    device = distributed.rank_device(params.train.device, ddp)
-    timing = choose_training_precision(params, vocab, device)
-    choice = "bf16" if distributed.any_rank(timing["choice"] == "bf16", ddp, device) else "fp32"
-    say(f"[train] precision auto: {choice} "
-        f"({how_chosen(timing)}{'; bf16 on another rank' if choice != timing['choice'] else ''})")
-    return params.with_train_precision(choice)
 
 
 def _loop(run: Run, stop: StopRequest) -> dict:
@@ -342,7 +322,8 @@ def _summary(run: Run) -> dict:
         "watchdogs": run.watch.summary() if run.watch else None,
         "resumed_from_step": run.resumed_from,
         "parameters": run.raw_model.num_parameters(),
-        "model": run.params.section_dict("model"),  # the shape trained (budget.choose_shape may have picked it)
+        "model": run.params.section_dict("model"),  # the model trained (params.yaml's, a budget shape's included)
+        "shape": run.params.shape,
         "device": str(run.device),
         "precision": cfg.precision,
         "ema_decay": cfg.ema_decay,  # not null: the val losses and checkpoints are the moving average's

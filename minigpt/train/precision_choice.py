@@ -1,11 +1,10 @@
-"""`precision: auto`: measure on this machine which precision runs the configured model faster, and use it.
+"""`train.precision: auto`: which precision runs a configuration's training step faster on this machine.
 
 bf16 autocast is about twice as fast as fp32 on a CPU with AMX, and slower than fp32 on small models of a CPU
-without it; the same preset cannot be right for both. So preflight times a few real training steps (the shared
-training step, the run's optimizer, the configured model and batch) in fp32 and in bf16, interleaved so that both
-see the same machine load (the rule of minigpt/model/precision.py), and picks the faster; the report records both
-figures and the choice, the gate binds the choice, and train uses exactly it. An explicit fp32 or bf16 is used as
-configured, without timing.
+without it; the same preset cannot be right for both. So `make machine` (minigpt.train.machine_command) times a
+few real training steps (the shared training step, the run's optimizer, the configured model and batch) in fp32
+and in bf16, interleaved so that both see the same machine load (the rule of minigpt/model/precision.py), picks
+the faster and writes it to conf/machine/. An explicit fp32 or bf16 is timed alone (a budget shape's speed).
 """
 
 from __future__ import annotations
@@ -53,9 +52,3 @@ def measure_training(params: Params, vocab_size: int, device: torch.device) -> d
     record["tokens_per_s"] = round(batch[0] * batch[1] / seconds[record["choice"]], 1)
     record["parameters"] = parameters
     return record
-
-
-def choose_training_precision(params: Params, vocab_size: int, device: torch.device) -> dict:
-    """The precision the run trains in, and how it was chosen (both timings when train.precision is auto; an
-    explicit precision, or auto where bf16 cannot run, without timing)."""
-    return precision.without_timing(params.train.precision, device) or measure_training(params, vocab_size, device)

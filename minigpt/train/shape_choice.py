@@ -1,9 +1,9 @@
-"""`budget.choose_shape`: a time-budgeted run picks its model shape from what this machine trains in the budget.
+"""The budget-shape rule: which shape (conf/shape/) a time-budgeted preset trains on this machine.
 
 Which shape wins a fixed wall clock depends on the machine: a bigger model learns more per token but trains fewer
 tokens per second, and how many fewer depends on the CPU (bf16 is 2x fp32 with AMX and slower than fp32 on
-small models without it). So preflight times each candidate shape's training step here (in the precision the
-run would use: under precision auto, the faster of fp32 and bf16), and the rule below picks:
+small models without it). So `make machine` (minigpt.train.machine_command) times each candidate shape's training
+step here (in the precision train.precision auto picks), and the rule below picks:
 
     the largest shape (by parameters) that sees at least min_tokens_per_parameter tokens per parameter
     in train.max_seconds at the measured tokens/s; if none does, the smallest.
@@ -17,11 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
-from minigpt.core.config import Params
 from minigpt.model.precision import number_text
-from minigpt.train.precision_choice import measure_training
 
 
 @dataclass(frozen=True)
@@ -43,30 +39,6 @@ def pick_shape(shapes: list[ShapeTiming], budget_s: float, min_tokens_per_parame
     by_size = sorted(shapes, key=lambda s: (s.parameters, -s.tokens_per_s))
     fitting = [s for s in by_size if tokens_per_parameter(s, budget_s) >= min_tokens_per_parameter]
     return (fitting[-1] if fitting else by_size[0]).name
-
-
-def choose_shape(params: Params, vocab_size: int, device: torch.device) -> tuple[Params, dict | None, dict | None]:
-    """(params with the chosen shape applied, the shape record for the report, the chosen shape's precision
-    record); (params, None, None) unchanged when budget.choose_shape is off."""
-    budget = params.budget
-    if not budget.choose_shape:
-        return params, None, None
-    seconds = params.train.max_seconds
-    shaped = {name: params.with_shape(name) for name in budget.shapes}
-    measured = {name: measure_training(shape_params, vocab_size, device) for name, shape_params in shaped.items()}
-    timings = [ShapeTiming(name, m["parameters"], m["tokens_per_s"]) for name, m in measured.items()]
-    choice = pick_shape(timings, seconds, budget.min_tokens_per_parameter)
-    record = {
-        "choice": choice,
-        "budget_seconds": seconds,
-        "min_tokens_per_parameter": budget.min_tokens_per_parameter,
-        "shapes": {t.name: {"parameters": t.parameters, "tokens_per_s": t.tokens_per_s,
-                            "precision": measured[t.name]["choice"],
-                            "tokens_per_parameter": round(tokens_per_parameter(t, seconds), 3),
-                            "seconds": measured[t.name]["seconds"]} for t in timings},
-        "seconds": round(sum(m["seconds"] for m in measured.values()), 2),
-    }
-    return shaped[choice], record, measured[choice]
 
 
 def describe(record: dict) -> str:

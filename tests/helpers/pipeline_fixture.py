@@ -44,8 +44,8 @@ def copy_project(src: Path, dst: Path) -> Path:
     return dst
 
 
-def recompose(root: Path, source_dir: Path, overrides: list[str]):
-    compose_params(root / "params.yaml", REPO_ROOT / "conf",
+def recompose(root: Path, source_dir: Path, overrides: list[str], conf: Path = REPO_ROOT / "conf"):
+    compose_params(root / "params.yaml", conf,
                    ["experiment=debug", "data=local", f"data.path={source_dir}", *overrides])
     return load_params(root / "params.yaml")
 
