@@ -34,12 +34,12 @@ from minigpt.model.checkpoint import load_checkpoint, model_from_checkpoint
 
 def smoke_project() -> Path:
     """A scratch project on the synthetic fixture with a checkpoint from a 3-second budget-72s run."""
-    from quality_budget import one_run
+    from quality_budget import SMOKE_SHAPE, one_run
 
     scratch = Path(tempfile.mkdtemp(prefix="minigpt-mixture-"))
     corpus, work = synthetic_corpus(scratch / "corpus"), scratch / "project"
     prepare_project(work, corpus)
-    run = one_run("smoke", ["experiment=budget-72s", "train.max_seconds=3"], work, corpus)
+    run = one_run("smoke", ["experiment=budget-72s", *SMOKE_SHAPE], work, corpus)
     if "val_bpc" not in run:
         raise SystemExit(f"the smoke run did not train a model: {run}")
     return work
