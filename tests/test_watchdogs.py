@@ -242,12 +242,15 @@ def test_a_loop_slowed_on_purpose_warns_on_throughput(project, monkeypatch):
     root, source = project
     params = recompose(root, source, FAST + ["watch.throughput_fraction=0.5"])
     real = batching.get_batch
+    first_window = 20 + params.train.eval_batches  # the fixed val batches are drawn first, then one per step
     calls = []
 
     def slowed(*args, **kwargs):
-        calls.append(1)
-        if len(calls) > 20 + params.train.eval_batches:  # the fixed val batches are drawn first
-            time.sleep(0.02)
+        calls.append(time.perf_counter())
+        if len(calls) > first_window:
+            # each later step takes 3x longer than the first window's mean step, whatever the CPU's speed
+            step_s = (calls[first_window - 1] - calls[params.train.eval_batches]) / 19
+            time.sleep(3 * step_s)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(batching, "get_batch", slowed)
