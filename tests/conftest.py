@@ -1,9 +1,16 @@
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `pytest -n N` (make test): each worker and every process it starts computes on one thread, so N workers on N
+    # cores do not spin against each other (two processes using every core slow each other several-fold)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["MINIGPT_THREADS"] = "1"
 
 from helpers.wikitext_fixture import make_texts, release_for, write_directory, write_zip
 

@@ -28,7 +28,7 @@ FAST = ["train.max_steps=40", "train.eval_every=10", "train.eval_batches=2", "tr
 # default share of the cores changes when another minigpt process on the machine starts or ends. Built per call:
 # the environment then holds the test's own worker registry (conftest's autouse fixture).
 def same_threads() -> dict:
-    return {**os.environ, "MINIGPT_THREADS": "2"}
+    return {**os.environ, "MINIGPT_THREADS": os.environ.get("MINIGPT_THREADS", "2")}
 
 
 def stage(root, *args, **kwargs):
