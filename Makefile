@@ -48,8 +48,11 @@ else
 	$(BIN)/dvc repro
 endif
 
+# the default tier on one worker per core (pytest-xdist; each worker computes on one thread, tests/conftest.py),
+# a test file per worker so its module fixtures are built once; JOBS=1 runs it in one process
+JOBS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" -n $(JOBS) --dist loadfile $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
