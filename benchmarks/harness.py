@@ -132,8 +132,8 @@ def training_speed(preset: str, batch: int, vocab: int, steps: int, rounds: int,
                 Variant(PROJECT_VARIANT["bf16"], config, batch, "bf16")]
     if config.dropout:
         # dropout's random masks, and attention-weight dropout forcing SDPA off its fused kernel, cost time
-        variants.append(Variant("bf16 autocast, dropout 0 (not the "
-                                "preset)", config.model_copy(update={"dropout": 0.0}), batch, "bf16"))
+        variants.append(Variant("bf16 autocast, dropout 0 (not the preset)",
+                                config.model_copy(update={"dropout": 0.0}), batch, "bf16"))
     if compile_too:
         variants.append(Variant("bf16 autocast + torch.compile", config, batch, "bf16", compiled=True))
     for v in variants:
@@ -353,8 +353,7 @@ def generation_speed(preset: str, vocab: int, new_tokens: int, rounds: int) -> d
     settings = SamplingSettings(0.8, 40, 0.95, 1.0)
     ways = {"recompute the window per token (before)": lambda: generate_recompute(
                 model, prompt, new_tokens, settings, torch.Generator().manual_seed(1)),
-            "KV "
-            "cache": lambda: list(model.generate_stream(prompt, new_tokens, settings,
+            "KV cache": lambda: list(model.generate_stream(prompt, new_tokens, settings,
                                                         torch.Generator().manual_seed(1)))}
     times = {name: [] for name in ways}
     for _ in range(rounds):

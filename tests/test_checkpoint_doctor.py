@@ -157,8 +157,8 @@ def test_files_that_are_not_minigpt_checkpoints_are_named_clearly(tmp_path, payl
 @pytest.mark.parametrize(
     "change,expected",
     [
-        (dict(vocab=41), ["vocab_size: model 41 vs checkpoint "
-                          "40", "size mismatches", "tok_emb.weight: checkpoint (40, 32) vs model (41, 32)"]),
+        (dict(vocab=41), ["vocab_size: model 41 vs checkpoint 40", "size mismatches",
+                          "tok_emb.weight: checkpoint (40, 32) vs model (41, 32)"]),
         (dict(embedding_dim=64), ["embedding_dim: model 64 vs checkpoint 32", "size mismatches"]),
         (dict(num_layers=3), ["num_layers: model 3 vs checkpoint 2", "missing keys", "blocks.2.attn.qkv.weight"]),
         (dict(num_layers=1), ["num_layers: model 1 vs checkpoint 2", "unexpected keys", "blocks.1.ln1.weight"]),

@@ -45,8 +45,8 @@ def test_the_rule_takes_the_largest_shape_that_sees_enough_tokens_per_parameter(
 
 def test_budget_shapes_need_a_clock(project):
     root, source = project
-    with pytest.raises(ConfigError, match="'budget.shapes' lists shapes to choose from but 'train.max_seconds' is "
-                                          "null"):
+    refusal = "'budget.shapes' lists shapes to choose from but 'train.max_seconds' is null"
+    with pytest.raises(ConfigError, match=refusal):
         recompose(root, source, ["budget.shapes=[small]"])
 
 

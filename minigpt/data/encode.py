@@ -44,8 +44,8 @@ def split_hashes(encoded_dir: str | Path, splits=SPLITS) -> dict[str, str | None
 
 def load_meta(encoded_dir: str | Path) -> dict:
     path = Path(encoded_dir) / META_NAME
-    meta = read_json(path, missing="not "
-                                   "found", invalid="not valid JSON", fix="run `dvc repro encode`.", error=DataError)
+    meta = read_json(path, missing="not found", invalid="not valid JSON", fix="run `dvc repro encode`.",
+                     error=DataError)
     splits = meta.get("splits") if isinstance(meta, dict) else None
     well_formed = (
         isinstance(meta, dict) and isinstance(meta.get("tokenizer_fingerprint"), str) and isinstance(splits, dict)

@@ -35,8 +35,7 @@ def scoring_checks(probe: ModeProbe, deterministic: dict, where: str) -> dict:
     problems = []
     if not checks["eval_mode"]["passed"]:
         shown = ", ".join(probe.in_training[:4]) + (" …" if len(probe.in_training) > 4 else "")
-        problems.append(f"eval_mode: {len(probe.in_training)} module(s) ran in training mode while scoring "
-                        f"({shown})")
+        problems.append(f"eval_mode: {len(probe.in_training)} module(s) ran in training mode while scoring ({shown})")
     if not deterministic["passed"]:
         problems.append(f"deterministic: two passes over the first {deterministic['targets']} targets of val "
                         f"differ at {deterministic['differing']} (max |difference| {deterministic['max_abs_diff']:.3g} "

@@ -103,8 +103,8 @@ def run_checks(ctx: Context, checks: tuple[Check, ...], only: set[str] | None = 
                 message = f"the check raised {describe_exception(exc)}"
                 result = CheckResult(check.name, "failed", {"exception": type(exc).__name__},
                                      _safe_threshold(check, ctx), time.perf_counter() - start, message,
-                                     ["a bug in the code this check exercises (see the "
-                                      "exception)", *check.likely_causes])
+                                     ["a bug in the code this check exercises (see the exception)",
+                                      *check.likely_causes])
         result.family = check.family
         results[check.name] = result
     return list(results.values())

@@ -194,8 +194,8 @@ def check_batch_shift(ctx: Context) -> dict:
 CHECKS: tuple[Check, ...] = (
     Check("environment", check_environment, (), "informational", ()),
     Check("files", check_files, (), "every required artifact exists, is non-empty and matches meta.json",
-          ("a stage did not run or was interrupted: run `dvc repro "
-           "encode`", "an artifact was edited or replaced by hand",
+          ("a stage did not run or was interrupted: run `dvc repro encode`",
+           "an artifact was edited or replaced by hand",
            "its DVC cache copy is damaged (the message names it): a checkout or a queued experiment copied it")),
     Check("tokenizer", check_tokenizer, ("files",),
           "every stored ID of every split decodes to exactly its clean text and re-encodes to the same IDs",
@@ -208,7 +208,7 @@ CHECKS: tuple[Check, ...] = (
            "IDs overflowed a too-small dtype", "a split too short for one window (tiny corpus, huge block_size)")),
     Check("batch_shift", check_batch_shift, ("token_ids",),
           "inputs, targets: same shape [B, T], torch.long, on the model's device; inputs[:, 1:] == targets[:, :-1]",
-          ("targets not shifted (inputs == targets: the model learns to "
-           "copy)", "shifted the wrong way or by more than one",
+          ("targets not shifted (inputs == targets: the model learns to copy)",
+           "shifted the wrong way or by more than one",
            "batch left on the CPU while the model is on the accelerator", "IDs cast to float")),
 )

@@ -229,8 +229,8 @@ CHECKS: tuple[Check, ...] = (
     Check("causal_independence", check_causal_independence, ("forward_shapes",),
           f"prefix logits unchanged by a new suffix (atol {CAUSAL_ATOL}); d logits[t] / d emb[t' > t] <= "
           f"{CAUSAL_GRAD_ATOL}",
-          ("attention without causal masking (is_causal / mask "
-           "missing)", "mask built the wrong way round or offset by one",
+          ("attention without causal masking (is_causal / mask missing)",
+           "mask built the wrong way round or offset by one",
            "a layer mixing positions (e.g. normalisation over time)")),
     Check("gradients", check_gradients, ("forward_shapes",),
           "no frozen parameter; every parameter gets a finite, non-zero gradient (the run's precision)",

@@ -286,8 +286,8 @@ CHECKS: tuple[Check, ...] = (
                      "group, no frozen one in any" + ("; Muon trains exactly the blocks' linear weights"
                                             if c.params.train.optimizer == "muon" else "")),
           ("build_param_groups splitting by name or shape the wrong way (LayerNorm weights, biases decayed)",
-           "a parameter added to the model but not to the "
-           "optimizer", "the optimizer built over another model's parameters",
+           "a parameter added to the model but not to the optimizer",
+           "the optimizer built over another model's parameters",
            "Muon handed an embedding or the head (2-D, but not a hidden matrix)")),
     Check("lr_schedule", check_lr_schedule, (),
           lambda c: (f"all {c.params.train.max_steps} steps{' and the clock' if c.params.train.max_seconds else ''}: "

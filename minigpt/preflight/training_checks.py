@@ -228,8 +228,8 @@ CHECKS: tuple[Check, ...] = (
           ("forward_shapes", "optimizer_update", "causal_independence"),
           lambda c: (f"fresh debug model, one batch, {c.params.preflight.overfit_steps} steps of the run's training "
                      f"step ({c.params.train.precision}): final loss < {c.params.preflight.overfit_threshold}"),
-          ("the model cannot learn: broken residuals, wrong targets, or a bug in the "
-           "loss", "learning rate far too low or too high",
+          ("the model cannot learn: broken residuals, wrong targets, or a bug in the loss",
+           "learning rate far too low or too high",
            "data pipeline feeding different batches each step")),
 )
 

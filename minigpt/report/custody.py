@@ -61,8 +61,7 @@ def _link_problem(root: Path, consumer: str, role: str, declared, entry: dict | 
             return f"{declared.artifact} not found"
         return f"'{consumer}' did not record reading its {role}"
     if entry.get("artifact") != str(declared.artifact):
-        return (f"'{consumer}' read {entry.get('artifact')} as its {role}; the graph declares "
-                f"{declared.artifact}")
+        return f"'{consumer}' read {entry.get('artifact')} as its {role}; the graph declares {declared.artifact}"
     read = entry.get("sha256")
     if declared.producer not in UNRECORDED:
         if declared.producer not in records:

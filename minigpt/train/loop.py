@@ -83,7 +83,7 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
     cfg = params.train
     ddp = distributed.init_distributed(cfg.device)
     say = out if ddp.main else (lambda _msg: None)
-    reference = None  # preflight's tokens/s for this run's step, the throughput watchdog's reference
+    reference = None  # `make machine`'s tokens/s for this run's step, the throughput watchdog's reference
     custody = Custody("train", root)
     if require_gate:
         gate = verify_gate(params, root)
@@ -174,8 +174,8 @@ def _loop(run: Run, stop: StopRequest) -> dict:
             if distributed.any_rank(stop.requested_after(step), ddp, device):
                 run.save_checkpoints([LATEST_CHECKPOINT])
                 raise TrainingStopped(
-                    f"stopped at step {step} ({stop.reason}); {LATEST_CHECKPOINT} holds that step. Resume with `dvc "
-                    "repro` (or `python stages/train.py`): the run continues where it stopped, as if never "
+                    f"stopped at step {step} ({stop.reason}); {LATEST_CHECKPOINT} holds that step. Resume with "
+                    "`dvc repro` (or `python stages/train.py`): the run continues where it stopped, as if never "
                     "interrupted.",
                     stop.exit_code)
             if bar is not None:

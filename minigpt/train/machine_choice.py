@@ -77,9 +77,8 @@ def choice_in_use(params: Params) -> MachineConfig | None:
     return record if params.train.precision == record.precision else None
 
 
-def _fix(record: MachineConfig) -> str:
-    return (f"run `{MACHINE_COMMAND}` to measure it here (or choose yourself: -S machine=none -S "
-            "train.precision=fp32|bf16, plus -S shape=NAME for a budget preset)")
+FIX = (f"run `{MACHINE_COMMAND}` to measure it here (or choose yourself: -S machine=none -S train.precision=fp32|bf16, "
+       "plus -S shape=NAME for a budget preset)")
 
 
 def require_resolved_precision(params: Params, source: str = "params.yaml") -> None:
@@ -98,13 +97,12 @@ def verify_machine_choice(params: Params, source: str = "params.yaml") -> Machin
     if record is None:
         return None
     if record.label is None:
-        raise MachineChoiceError(f"{record.file}: no choice has been measured on this machine yet; {_fix(record)}.")
+        raise MachineChoiceError(f"{record.file}: no choice has been measured on this machine yet; {FIX}.")
     here = current_label(params)
     if record.label != here:
         raise MachineChoiceError(f"{record.file}: measured on another machine ({record.label}; this one is {here}); "
-                                 f"{_fix(record)}.")
+                                 f"{FIX}.")
     if record.timed is not None and record.timed != timed_digest(params):
         raise MachineChoiceError(f"{record.file}: timed for another configuration than this run's (model, batch, "
-                                 "optimizer, device, vocabulary or budget differ); if conf/ changed, "
-                                 f"{_fix(record)}.")
+                                 f"optimizer, device, vocabulary or budget differ); if conf/ changed, {FIX}.")
     return record

@@ -16,7 +16,7 @@ train_summary.json and shown on the run and comparison pages. Thresholds are `wa
 - clipping_share (every `window` steps, warning): more than `clip_share_max` of the window's steps were clipped
   (windows that start after `settle_steps`: a fresh model's first gradients are large by nature)
 - throughput (every `window` steps, warning): the window's median tokens/s < `throughput_fraction` x the reference
-  (preflight's timing, else the run's first window)
+  (`make machine`'s figure for this run's step, else the run's first window)
 - sample_probe (each eval, warning): the sample's repeated 4-gram share > `max_repeat_share` (from the `first_evals`-th
   eval on) or its placeholder share > `max_placeholder_share`
 """
@@ -53,7 +53,7 @@ class Tally:
 @dataclass
 class Watchdogs:
     """The loop calls after_step at every step and after_eval at every evaluation; each returns the events of
-    that step (dicts for the run log). `reference_tokens_per_s`: preflight's timing of this run's step, if any."""
+    that step (dicts for the run log). `reference_tokens_per_s`: `make machine`'s figure for this run's step, if any."""
     cfg: object  # params.watch
     grad_clip: float
     placeholder: str
@@ -69,11 +69,11 @@ class Watchdogs:
     _rising: int = 0
     _first_val: float | None = None
     _evals: int = 0
-    _reference_source: str = "preflight"
+    _reference_source: str = "`make machine` figure"
 
     def __post_init__(self):
         if self.reference_tokens_per_s is None:
-            self._reference_source = "first window"
+            self._reference_source = "run's first window"
 
     # ------------------------------------------------------------------------------------------ every step
     def after_step(self, step: int, lr: float, optimizer, model, grad_norm: float, loss: float,
@@ -125,14 +125,14 @@ class Watchdogs:
                                      f"{lr:.3g}): clipping on almost every step is a symptom; a lower LR, a longer "
                                      "warmup, or a look at what makes the gradients large"))
         median = statistics.median(rates)
-        if self.reference_tokens_per_s is None:  # no preflight timing: the run's first window is the reference
+        if self.reference_tokens_per_s is None:  # no measured figure: the run's first window is the reference
             self.reference_tokens_per_s = median
             return events
         self._count("throughput")
         if median < self.cfg.throughput_fraction * self.reference_tokens_per_s:
             events.append(self._warn(step, "throughput",
                                      f"median {median:,.0f} tokens/s over the last {len(rates)} steps, below "
-                                     f"{self.cfg.throughput_fraction:g} x the {self._reference_source}'s "
+                                     f"{self.cfg.throughput_fraction:g} x the {self._reference_source}, "
                                      f"{self.reference_tokens_per_s:,.0f}: likely other processes on the cores (a "
                                      "second run, a build), memory pressure (swap), or thermal throttling"))
         return events
