@@ -50,6 +50,47 @@ def machine_kind(label: dict) -> str:
     return f"{label['cpu']} (no bf16 instructions)"
 
 
+def machine_class(label: dict) -> str:
+    """The class a result file is kept per: the ISA kind that decides bf16 speed, times the cores
+    (`amx-2c`, `avx512_bf16-2c`, `avx2-2c`; a GPU result is named by its device)."""
+    if label.get("device"):
+        return str(label["device"]).lower().replace(" ", "-")
+    isa = label.get("isa") or []
+    kind = "amx" if "amx_bf16" in isa else "avx512_bf16" if "avx512_bf16" in isa else "avx2"
+    return f"{kind}-{label.get('cores')}c"
+
+
+def manifest(label: dict, argv: list[str] | None = None) -> dict:
+    """Where a result came from: the command, the commit (with `-dirty` when the work tree had changes), the UTC
+    date and the machine label."""
+    import datetime
+    import shlex
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    commit = git("rev-parse", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += "-dirty"
+    script = Path(sys.argv[0]).resolve()
+    where = script.relative_to(ROOT) if script.is_relative_to(ROOT) else script
+    command = shlex.join(["python", str(where), *(sys.argv[1:] if argv is None else argv)])
+    return {"command": command, "commit": commit,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "machine": label}
+
+
+def write_result(path: Path, result: dict) -> None:
+    """A result file with its manifest first, written whole (a temporary file in the same folder, then renamed)."""
+    import json
+
+    from minigpt.core.io_utils import atomic_write_text
+
+    label = result.get("machine") or machine_label()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps({"manifest": manifest(label), **result}, indent=2) + "\n")
+
+
 def copy_into_fresh_repo(repo: Path, user: str):
     """The working tree's files (tracked, and untracked ones git does not ignore) copied into a new git repo at
     `repo`; returns a `git(*args)` runner for it."""

@@ -1,0 +1,134 @@
+"""The results tables of README.md and docs/, generated from the files under benchmarks/results/.
+
+    python -m benchmarks.tables           # rewrite every block between the markers (make results)
+    python -m benchmarks.tables --check   # exit 1 naming each block that differs from the data (make results-check)
+
+A block is `<!-- generated: NAME -->`, the table, `<!-- end generated -->`. --check also fails on a Markdown table row
+with a three-decimal figure outside a block in the documents of TYPED_FIGURES_REFUSED: a figure there comes from a
+results file, or it is not shown. Reads JSON only (no torch, no minigpt), so it runs anywhere in a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path("benchmarks/results")
+DOCUMENTS = ("README.md", "docs/*.md")
+TYPED_FIGURES_REFUSED = ("README.md",)
+BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
+TABLE_FIGURE = re.compile(r"^\|.*\d\.\d{3}", re.M)
+
+# the quality table: one row per predictor, one column per machine class with a quality_budget result
+LADDER = RESULTS / "baselines_ladder" / "wt2-mini.json"
+QUALITY = RESULTS / "quality_budget"
+BASELINE_ROWS = (("unigram (train character frequencies)", "unigram (add-one)"),
+                 ("{best} (the best static baseline)", None),
+                 ("PPMd order 8 (adaptive: keeps learning on val)", "PPMd order 8"))
+RUN_ROWS = (("`experiment=budget-72s` (72 s)", "budget-72s preset", "val_bpc", True),
+            ("`budget-72s` without soft targets", "budget-72s, no soft targets", "val_bpc", False),
+            ("nanoGPT's CPU recipe, the same 72 s", "nanoGPT recipe, 72 s (reference)", "val_bpc", False),
+            ("`experiment=budget-15m` (15 min)", "budget-15m preset", "val_bpc", True),
+            ("`budget-15m` without soft targets", "budget-15m, no soft targets", "val_bpc", False),
+            ("nanoGPT's CPU recipe, the same 15 min", "nanoGPT recipe, 15 min (reference)", "val_bpc", False),
+            ("`budget-15m`, dynamic evaluation (adaptive, like PPMd)", "budget-15m preset", "dynamic_val_bpc", False))
+
+
+def _load(root: Path, path: Path) -> dict:
+    return json.loads((root / path).read_text())
+
+
+def _figure(value: float | None, bold: bool = False) -> str:
+    if value is None:
+        return "–"
+    return f"**{value:.3f}**" if bold else f"{value:.3f}"
+
+
+def _class_title(path: Path, result: dict) -> str:
+    machine = result["manifest"]["machine"]
+    return f"{path.stem} ({machine['cpu']} {machine.get('cpu_family_model', '')})".replace(" )", ")")
+
+
+def quality(root: Path) -> str:
+    ladder = _load(root, LADDER)
+    baselines = {row["name"]: row for row in ladder["rows"]}
+    classes = sorted((root / QUALITY).glob("*.json"))
+    results = [(path, json.loads(path.read_text())) for path in classes]
+    header = ["wt2-mini, val bpc", *(_class_title(path, result) for path, result in results)]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for label, name in BASELINE_ROWS:
+        name = name or ladder["best_static"]
+        value = _figure(baselines[name]["val_bpc"])
+        lines.append(f"| {label.format(best=name)} | " + " | ".join(value for _ in results) + " |")
+    for label, name, key, bold in RUN_ROWS:
+        cells = []
+        for _path, result in results:
+            run = next((r for r in result["runs"] if r["name"] == name), {})
+            cells.append(_figure(run.get(key), bold))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    sources = ", ".join(f"`{(QUALITY / path.name).as_posix()}`" for path, _ in results)
+    lines += ["", f"Baselines: `{LADDER.as_posix()}` (exact counts: the same on every machine); the presets and the "
+                  f"nanoGPT recipe: {sources}, one seed per cell; each file's manifest holds its command, commit and "
+                  "machine."]
+    return "\n".join(lines) + "\n"
+
+
+TABLES = {"quality": quality}
+
+
+def documents(root: Path) -> list[Path]:
+    return [path for pattern in DOCUMENTS for path in sorted(root.glob(pattern))]
+
+
+def regenerate(text: str, root: Path) -> tuple[str, list[str]]:
+    """The text with every block rendered from the data, and the names of the blocks that changed."""
+    changed = []
+
+    def render(match: re.Match) -> str:
+        name = match["name"]
+        if name not in TABLES:
+            raise SystemExit(f"unknown generated table {name!r}; known: {', '.join(sorted(TABLES))}")
+        body = TABLES[name](root)
+        if body != match["body"]:
+            changed.append(name)
+        return match.group(1) + body + match.group(4)
+
+    return BLOCK.sub(render, text), changed
+
+
+def typed_figures(text: str) -> list[int]:
+    """Line numbers of Markdown table rows with a three-decimal figure outside the generated blocks."""
+    outside = BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    return [outside.count("\n", 0, m.start()) + 1 for m in TABLE_FIGURE.finditer(outside)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table differs")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the project folder (default: this checkout)")
+    args = parser.parse_args(argv)
+    problems = []
+    for path in documents(args.root):
+        text = path.read_text(encoding="utf-8")
+        new, changed = regenerate(text, args.root)
+        where = path.relative_to(args.root).as_posix()
+        if args.check:
+            problems += [f"{where}: table '{name}' differs from benchmarks/results (run `make results`)"
+                         for name in changed]
+            if where in TYPED_FIGURES_REFUSED:
+                problems += [f"{where}:{line}: a table row with a three-decimal figure outside a generated block "
+                             "(generate it from a results file)" for line in typed_figures(text)]
+        elif changed:
+            path.write_text(new, encoding="utf-8")
+            print(f"{where}: regenerated {', '.join(changed)}")
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
