@@ -8,7 +8,7 @@ STAMP := $(VENV)/.minigpt-installed
 export PATH := $(abspath $(BIN)):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup params machine repro test test-slow test-all lint clean-venv
+.PHONY: setup params machine repro test test-slow test-all lint results results-check clean-venv
 
 # TORCH=cpu: torch (the version constraints.txt pins) from PyTorch's CPU-only wheel index, so no CUDA libraries
 # are installed; the default takes torch from the indexes pip is configured with (PyPI: on Linux x86_64 the CUDA
@@ -59,6 +59,13 @@ test-slow: $(STAMP)
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# the results tables of README.md and docs/, regenerated from benchmarks/results/ (results-check: fail if one differs)
+results: $(STAMP)
+	$(BIN)/python -m benchmarks.tables
+
+results-check: $(STAMP)
+	$(BIN)/python -m benchmarks.tables --check
 
 # ruff, configured in pyproject.toml (CI runs it)
 lint: $(STAMP)

@@ -1,7 +1,8 @@
 """The baseline ladder on a corpus: the real data stages (fetch -> encode, baselines) in a scratch project, then
 each predictor's val and test bits per character, as the `baselines` stage scores them.
 
-    python benchmarks/baselines_ladder.py --corpus ../shared/wt2-mini --out benchmarks/results/baselines_ladder/wt2-mini.json
+    python benchmarks/baselines_ladder.py --corpus ../shared/wt2-mini \
+        --out benchmarks/results/baselines_ladder/wt2-mini.json
 
 The figures depend on the corpus and conf/baselines/, not on the machine (counting is exact); the seconds do.
 --smoke runs it on the tests' fixture corpus.

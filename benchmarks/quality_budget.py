@@ -13,13 +13,13 @@ scored once with >= block_size/2 characters of context). The reference is nanoGP
 (4 layers, 4 heads, width 128, block 64, batch 12, 2000 steps, lr 1e-3 -> 1e-4, fp32) run by this project's
 loop, so the comparison is side by side on the same machine and data; the same recipe is also run for each
 preset's wall clock (its LR decaying over the clock), the reference a budget preset has to beat on this machine.
-Results go to benchmarks/results/quality.json, with the machine's label.
+Results go to benchmarks/results/quality_budget/<machine class>.json, with a manifest (command, commit, date,
+machine).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import tempfile
 import time
@@ -32,10 +32,12 @@ from bench_common import (
     ROOT,
     clear_checkpoints,
     compose_project,
+    machine_class,
     machine_label,
     prepare_project,
     refresh_tokens,
     synthetic_corpus,
+    write_result,
 )
 from minigpt.core.errors import MinigptError
 from minigpt.core.paths import ENCODED_DIR
@@ -153,9 +155,10 @@ def main() -> None:
                         help="an extra run: a name, then Hydra overrides (repeatable); replaces the default runs")
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / ".work", help="scratch project folder")
     parser.add_argument("--out", type=Path,
-                        help="default: benchmarks/results/quality.json (a smoke: its scratch folder)")
+                        help="default: benchmarks/results/quality_budget/<machine class>.json (smoke: a scratch "
+                             "folder)")
     args = parser.parse_args()
-    args.out = args.out or ROOT / "benchmarks" / "results" / "quality.json"
+    args.out = args.out or ROOT / "benchmarks" / "results" / "quality_budget" / f"{machine_class(machine_label())}.json"
     if args.smoke:
         scratch = Path(tempfile.mkdtemp(prefix="minigpt-quality-"))
         args.corpus, args.work, runs = synthetic_corpus(scratch / "corpus"), scratch / "project", SMOKE_RUNS
@@ -177,8 +180,8 @@ def main() -> None:
 
 
 def write_results(path: Path, corpus: Path, results: list[dict]) -> None:
-    out = {"machine": machine_label(), "corpus": str(corpus), "runs": results, "seed_groups": seed_groups(results)}
-    path.write_text(json.dumps(out, indent=2))
+    write_result(path, {"machine": machine_label(), "corpus": str(corpus), "runs": results,
+                        "seed_groups": seed_groups(results)})
 
 
 def seed_groups(results: list[dict]) -> list[dict]:

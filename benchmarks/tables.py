@@ -14,6 +14,7 @@ import argparse
 import json
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,6 +23,7 @@ DOCUMENTS = ("README.md", "docs/*.md")
 TYPED_FIGURES_REFUSED = ("README.md",)
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 TABLE_FIGURE = re.compile(r"^\|.*\d\.\d{3}", re.M)
+CODE_SPAN = re.compile(r"`[^`\n]*`")  # a value in code (`train.ema_decay` `0.999`) is configuration, not a figure
 
 # the quality table: one row per predictor, one column per machine class with a quality_budget result
 LADDER = RESULTS / "baselines_ladder" / "wt2-mini.json"
@@ -29,13 +31,15 @@ QUALITY = RESULTS / "quality_budget"
 BASELINE_ROWS = (("unigram (train character frequencies)", "unigram (add-one)"),
                  ("{best} (the best static baseline)", None),
                  ("PPMd order 8 (adaptive: keeps learning on val)", "PPMd order 8"))
-RUN_ROWS = (("`experiment=budget-72s` (72 s)", "budget-72s preset", "val_bpc", True),
-            ("`budget-72s` without soft targets", "budget-72s, no soft targets", "val_bpc", False),
-            ("nanoGPT's CPU recipe, the same 72 s", "nanoGPT recipe, 72 s (reference)", "val_bpc", False),
-            ("`experiment=budget-15m` (15 min)", "budget-15m preset", "val_bpc", True),
-            ("`budget-15m` without soft targets", "budget-15m, no soft targets", "val_bpc", False),
-            ("nanoGPT's CPU recipe, the same 15 min", "nanoGPT recipe, 15 min (reference)", "val_bpc", False),
-            ("`budget-15m`, dynamic evaluation (adaptive, like PPMd)", "budget-15m preset", "dynamic_val_bpc", False))
+# a row: its label, then (run name, key) per figure, the first in bold: the preset, without soft targets, nanoGPT's
+# recipe on the same clock
+RUN_ROWS = (("`budget-72s` / without soft targets / nanoGPT's CPU recipe, the same 72 s",
+             (("budget-72s preset", "val_bpc"), ("budget-72s, no soft targets", "val_bpc"),
+              ("nanoGPT recipe, 72 s (reference)", "val_bpc"))),
+            ("`budget-15m` / without soft targets / nanoGPT's CPU recipe, the same 15 min",
+             (("budget-15m preset", "val_bpc"), ("budget-15m, no soft targets", "val_bpc"),
+              ("nanoGPT recipe, 15 min (reference)", "val_bpc"))),
+            ("`budget-15m`, dynamic evaluation (adaptive, like PPMd)", (("budget-15m preset", "dynamic_val_bpc"),)))
 
 
 def _load(root: Path, path: Path) -> dict:
@@ -64,16 +68,18 @@ def quality(root: Path) -> str:
         name = name or ladder["best_static"]
         value = _figure(baselines[name]["val_bpc"])
         lines.append(f"| {label.format(best=name)} | " + " | ".join(value for _ in results) + " |")
-    for label, name, key, bold in RUN_ROWS:
+    for label, figures in RUN_ROWS:
         cells = []
         for _path, result in results:
-            run = next((r for r in result["runs"] if r["name"] == name), {})
-            cells.append(_figure(run.get(key), bold))
+            runs = {run["name"]: run for run in result["runs"]}
+            values = [_figure(runs.get(name, {}).get(key), bold=i == 0 and len(figures) > 1)
+                      for i, (name, key) in enumerate(figures)]
+            cells.append(" / ".join(values))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     sources = ", ".join(f"`{(QUALITY / path.name).as_posix()}`" for path, _ in results)
-    lines += ["", f"Baselines: `{LADDER.as_posix()}` (exact counts: the same on every machine); the presets and the "
-                  f"nanoGPT recipe: {sources}, one seed per cell; each file's manifest holds its command, commit and "
-                  "machine."]
+    note = (f"Baselines: `{LADDER.as_posix()}` (exact counts: the same on every machine); the presets and the nanoGPT "
+            f"recipe: {sources}, one seed per cell; each file's manifest holds its command, commit and machine.")
+    lines += ["", *textwrap.wrap(note, 116, break_on_hyphens=False, break_long_words=False)]
     return "\n".join(lines) + "\n"
 
 
@@ -102,7 +108,7 @@ def regenerate(text: str, root: Path) -> tuple[str, list[str]]:
 
 def typed_figures(text: str) -> list[int]:
     """Line numbers of Markdown table rows with a three-decimal figure outside the generated blocks."""
-    outside = BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    outside = CODE_SPAN.sub("", BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), text))
     return [outside.count("\n", 0, m.start()) + 1 for m in TABLE_FIGURE.finditer(outside)]
 
 

@@ -2,7 +2,9 @@
 mixed (a CPU model, or a GPU device, in the file itself)."""
 
 import json
+import shutil
 import subprocess
+import sys
 
 from helpers import REPO_ROOT
 
@@ -25,3 +27,62 @@ def test_a_result_without_a_machine_is_seen():
     assert machine_of({"machine": {"platform": "Linux", "threads": 2}}) is None
     assert machine_of({"runs": []}) is None
     assert machine_of({"machine": {"cpu": "AMD EPYC"}}) == "AMD EPYC"
+
+
+# ---------------------------------------------------------------------------- generated tables and manifests
+
+MANIFEST_FIELDS = {"command", "commit", "date", "machine"}
+
+
+def tables(*args: str, root=REPO_ROOT) -> subprocess.CompletedProcess:
+    """benchmarks/tables.py as `make results` / `make results-check` run it (tests never import benchmarks/)."""
+    return subprocess.run([sys.executable, "-m", "benchmarks.tables", "--root", str(root), *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True)
+
+
+def copy_documents(tmp_path):
+    shutil.copy(REPO_ROOT / "README.md", tmp_path / "README.md")
+    shutil.copytree(REPO_ROOT / "docs", tmp_path / "docs")
+    shutil.copytree(REPO_ROOT / "benchmarks/results", tmp_path / "benchmarks/results")
+    return tmp_path
+
+
+def test_every_generated_table_matches_its_results_files():
+    checked = tables("--check")
+    assert checked.returncode == 0, checked.stderr
+    assert "<!-- generated: quality -->" in (REPO_ROOT / "README.md").read_text()
+
+
+def test_a_hand_edited_generated_table_fails_the_check_and_make_results_restores_it(tmp_path):
+    root = copy_documents(tmp_path)
+    readme = root / "README.md"
+    original = readme.read_text()
+    block = original[original.index("<!-- generated: quality -->"):original.index("<!-- end generated -->")]
+    edited = block.replace("**2.223**", "**2.199**")
+    assert edited != block
+    readme.write_text(original.replace(block, edited))
+    checked = tables("--check", root=root)
+    assert checked.returncode == 1
+    assert "README.md: table 'quality' differs from benchmarks/results (run `make results`)" in checked.stderr
+    assert tables(root=root).returncode == 0 and readme.read_text() == original
+
+
+def test_a_typed_table_with_three_decimal_figures_outside_the_markers_fails_the_check(tmp_path):
+    root = copy_documents(tmp_path)
+    readme = root / "README.md"
+    lines = readme.read_text().splitlines()
+    at = lines.index("## Troubleshooting")
+    lines[at:at] = ["| run | val bpc |", "| --- | --- |", "| mine | 2.101 |", ""]
+    readme.write_text("\n".join(lines) + "\n")
+    checked = tables("--check", root=root)
+    assert checked.returncode == 1
+    assert f"README.md:{at + 3}: a table row with a three-decimal figure outside a generated block" in checked.stderr
+
+
+def test_every_result_in_a_benchmark_folder_has_its_manifest():
+    """benchmarks/results/<benchmark>/<machine class>.json; the flat files beside them predate the layout."""
+    files = sorted((REPO_ROOT / "benchmarks/results").glob("*/*.json"))
+    assert files
+    missing = {str(f.relative_to(REPO_ROOT)): MANIFEST_FIELDS - set(json.loads(f.read_text()).get("manifest", {}))
+               for f in files}
+    assert {name: fields for name, fields in missing.items() if fields} == {}
