@@ -9,6 +9,7 @@ train scripts. dvc.yaml lists the same files as deps (a test keeps the two equal
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from minigpt.core.io_utils import canonical_json_digest, sha256_file
@@ -32,23 +33,29 @@ def _module_file(dotted: str, root: Path) -> Path | None:
     return None
 
 
-def _imported_files(path: Path, root: Path) -> set[Path]:
-    found: set[Path] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+@functools.lru_cache(maxsize=4096)
+def _import_names(source: str, filename: str) -> tuple[str, ...]:
+    """The dotted names a source imports, at any depth. Cached by the source text itself: parsing is the costly part
+    (a fingerprint parses every file of the closure, and a preflight takes several), and an edited file is a new key."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(source, filename=filename)):
         if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
+            names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             # `from minigpt import x` imports minigpt and, when x is a module, minigpt.x
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        for name in names:
-            # importing minigpt.a.b runs minigpt/__init__.py and minigpt/a/__init__.py first
-            parts = name.split(".")
-            for depth in range(1, len(parts) + 1):
-                module = _module_file(".".join(parts[:depth]), root)
-                if module is not None:
-                    found.add(module)
+            names += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+    return tuple(names)
+
+
+def _imported_files(path: Path, root: Path) -> set[Path]:
+    found: set[Path] = set()
+    for name in _import_names(path.read_text(encoding="utf-8"), str(path)):
+        # importing minigpt.a.b runs minigpt/__init__.py and minigpt/a/__init__.py first
+        parts = name.split(".")
+        for depth in range(1, len(parts) + 1):
+            module = _module_file(".".join(parts[:depth]), root)
+            if module is not None:
+                found.add(module)
     return found
 
 
