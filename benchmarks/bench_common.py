@@ -60,7 +60,7 @@ def machine_class(label: dict) -> str:
     return f"{kind}-{label.get('cores')}c"
 
 
-def manifest(label: dict, argv: list[str] | None = None) -> dict:
+def manifest(label: dict) -> dict:
     """Where a result came from: the command, the commit (with `-dirty` when the work tree had changes), the UTC
     date and the machine label."""
     import datetime
@@ -75,7 +75,7 @@ def manifest(label: dict, argv: list[str] | None = None) -> dict:
         commit += "-dirty"
     script = Path(sys.argv[0]).resolve()
     where = script.relative_to(ROOT) if script.is_relative_to(ROOT) else script
-    command = shlex.join(["python", str(where), *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(["python", str(where), *sys.argv[1:]])
     return {"command": command, "commit": commit,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "machine": label}
 

@@ -42,10 +42,6 @@ RUN_ROWS = (("`budget-72s` / without soft targets / nanoGPT's CPU recipe, the sa
             ("`budget-15m`, dynamic evaluation (adaptive, like PPMd)", (("budget-15m preset", "dynamic_val_bpc"),)))
 
 
-def _load(root: Path, path: Path) -> dict:
-    return json.loads((root / path).read_text())
-
-
 def _figure(value: float | None, bold: bool = False) -> str:
     if value is None:
         return "–"
@@ -58,10 +54,9 @@ def _class_title(path: Path, result: dict) -> str:
 
 
 def quality(root: Path) -> str:
-    ladder = _load(root, LADDER)
+    ladder = json.loads((root / LADDER).read_text())
     baselines = {row["name"]: row for row in ladder["rows"]}
-    classes = sorted((root / QUALITY).glob("*.json"))
-    results = [(path, json.loads(path.read_text())) for path in classes]
+    results = [(path, json.loads(path.read_text())) for path in sorted((root / QUALITY).glob("*.json"))]
     header = ["wt2-mini, val bpc", *(_class_title(path, result) for path, result in results)]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for label, name in BASELINE_ROWS:
