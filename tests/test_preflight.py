@@ -86,6 +86,7 @@ def test_report_compares_dropout_in_the_overfit_check(project):
     overfit = next(c for c in report["checks"] if c["name"] == "single_batch_overfit")["measured"]
     plain, dropped = overfit["dropout_0.0"], overfit["dropout_0.2"]
     assert plain["steps_to_threshold"] is not None
+    assert plain["final_loss"] < 0.1 and plain["steps_run"] < overfit["steps"], "it stops once the batch is memorised"
     # dropout makes memorising one batch slower
     assert dropped["steps_to_threshold"] is None or dropped["steps_to_threshold"] > plain["steps_to_threshold"]
 

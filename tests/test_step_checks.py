@@ -1,9 +1,11 @@
 """decay_split, lr_schedule and clipping_contract: the correct step passes; each planted bug fails its own check."""
 
+import numpy as np
 import pytest
 
 from helpers.pipeline_fixture import recompose
 from helpers.planted_bugs import clip_over_the_last_layer_only, layernorm_weights_decayed, lr_tail_at_zero
+from minigpt.preflight import step_checks
 from minigpt.preflight.checks import format_table
 from minigpt.preflight.suite import run_preflight
 from minigpt.train import optim, train_step
@@ -47,6 +49,34 @@ def test_a_schedule_whose_tail_is_wrong_fails_lr_schedule_alone(project, monkeyp
     message = check(report, "lr_schedule")["message"]
     assert f"by steps: below min_lr {0.1 * params.train.lr:g} at step {int(0.9 * params.train.max_steps)}" in message
     assert "ends at 0, not at min_lr" in message
+    assert check(report, "lr_schedule")["measured"]["steps_evaluated"] == params.train.max_steps, "a failure: all"
+
+
+def test_a_million_step_bound_is_evaluated_densely_where_it_bends_and_sampled_after():
+    steps = step_checks.evaluated_steps(1_000_000, 100)
+    assert steps[0] == 1 and steps[-1] == 1_000_000 and np.all(np.diff(steps) > 0)
+    assert np.array_equal(steps[:step_checks.DENSE_STEPS], np.arange(1, step_checks.DENSE_STEPS + 1))
+    assert {500_000, 999_999} <= set(steps.tolist())
+    assert steps.size <= step_checks.DENSE_STEPS + step_checks.SAMPLED_STEPS + 3
+    assert np.array_equal(step_checks.evaluated_steps(300, 20), np.arange(1, 301)), "a short run: every step"
+    assert step_checks.evaluated_steps(50_000, 20_000)[:20_001].tolist() == list(range(1, 20_002)), "all of warmup"
+
+
+def test_one_bad_step_far_past_warmup_fails_lr_schedule_naming_it(project, monkeypatch):
+    root, source = project
+    params = recompose(root, source, ["train.max_steps=200000"])
+    steps = step_checks.evaluated_steps(params.train.max_steps, params.train.warmup_steps)
+    bad = int(steps[np.searchsorted(steps, 150_000)])  # a step of the sample, far from the dense start
+    real = train_step.cosine_with_warmup
+
+    def bump(step, warmup, total, peak, floor=None, time_fraction=0.0):
+        return real(step, warmup, total, peak, floor, time_fraction) * (1.5 if step == bad else 1.0)
+
+    monkeypatch.setattr(train_step, "cosine_with_warmup", bump)
+    report = run_preflight(params, root)
+    assert failed(report) == ["lr_schedule"]
+    message = check(report, "lr_schedule")["message"]
+    assert f"rises after warmup at step {bad} (" in message and f"at 1 of {params.train.max_steps} steps" in message
 
 
 def test_a_schedule_that_ignores_the_clock_fails_lr_schedule(project, monkeypatch):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn as nn
 
@@ -46,3 +48,12 @@ class NonFiniteTracker:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+
+
+def first_non_finite_module(model: nn.Module, forward: Callable[[], object]) -> str | None:
+    """Run `forward` once more without gradients under a tracker: the first module with a non-finite output, or None.
+    Callers track only after a step failed (a step skipped on a non-finite loss leaves the weights as they were):
+    hooks on every module at every step would cost more than the steps' own checks."""
+    with NonFiniteTracker(model) as tracker, torch.no_grad():
+        forward()
+    return tracker.first

@@ -54,14 +54,15 @@ def check_resume(ctx: Context) -> dict:
         whole = _scratch_project(ctx.root, Path(scratch) / "whole")
         parted = _scratch_project(ctx.root, Path(scratch) / "parted")
         try:
-            train(params, whole, require_gate=False, model_factory=ctx.model_factory, out=quiet)
+            train(params, whole, require_gate=False, model_factory=ctx.model_factory, out=quiet, curves_png=False)
             try:
                 train(params, parted, require_gate=False, model_factory=ctx.model_factory, out=quiet,
-                      stop_at_step=RESUME_AT)
+                      stop_at_step=RESUME_AT, curves_png=False)
                 raise CheckFailed(f"the run asked to stop after step {RESUME_AT} did not stop")
             except TrainingStopped:
                 pass
-            train(params, parted, require_gate=False, model_factory=ctx.model_factory, out=said.append)
+            train(params, parted, require_gate=False, model_factory=ctx.model_factory, out=said.append,
+                  curves_png=False)
         except MinigptError as exc:
             raise CheckFailed(f"the interrupted run could not resume: {exc}", {"log": said[-4:]}) from None
         uninterrupted, resumed = (load_checkpoint(folder / LATEST_CHECKPOINT) for folder in (whole, parted))

@@ -4,9 +4,10 @@
   weights) decays at train.weight_decay, every bias and LayerNorm parameter does not, every trainable parameter is
   in exactly one group, and no frozen one is in any; under train.optimizer=muon, Muon's groups hold exactly the
   blocks' linear weights (never an embedding, the head, a gain or a bias), and under adamw there is no Muon group;
-- lr_schedule: the run's whole LR schedule, evaluated at every step (and, under train.max_seconds, over the
-  share of the clock spent), against its specification: warmup from ~0 to the peak at warmup_steps, never above
-  the peak, never below min_lr after warmup, non-increasing after warmup, ending at min_lr;
+- lr_schedule: the run's whole LR schedule, evaluated at every step of warmup and of its first DENSE_STEPS, then at
+  SAMPLED_STEPS evenly spaced steps to the last (at every step when that finds a problem), and under
+  train.max_seconds over the share of the clock spent, against its specification: warmup from ~0 to the peak at
+  warmup_steps, never above the peak, never below min_lr after warmup, non-increasing after warmup, ending at min_lr;
 - clipping_contract: the real training step reports the global norm of the model's gradients before clipping,
   and after its clipping that norm is at most the clip threshold (checked at the run's grad_clip and at one that
   must cut).
@@ -32,6 +33,10 @@ from minigpt.train import optim, schedule_spec, train_step, weight_average
 # time fractions and steps at which a clock-limited run's schedule is evaluated
 TIME_GRID = 101
 STEPS_ON_THE_CLOCK = 64
+# steps at which the schedule by steps is evaluated: every one of the first DENSE_STEPS (and of warmup), then
+# SAMPLED_STEPS evenly spaced to the last
+DENSE_STEPS = 4096
+SAMPLED_STEPS = 8192
 LR_RTOL = 1e-9
 NORM_RTOL = 1e-3
 AVERAGE_UPDATES = 12  # past the first nine, where n / (n + 9) is below any useful decay
@@ -116,52 +121,74 @@ def check_decay_split(ctx: Context) -> dict:
     return measured
 
 
-def _schedule_problems(lrs: np.ndarray, peak: float, floor: float, warmup: int, what: str) -> list[str]:
-    """lrs[i] is the LR of step i + 1; warmup as configured."""
+def evaluated_steps(max_steps: int, warmup: int) -> np.ndarray:
+    """The steps lr_schedule evaluates first: every step up to max(warmup + 1, DENSE_STEPS), then SAMPLED_STEPS evenly
+    spaced to the last (a budget preset's max_steps is a million: evaluating each would cost seconds)."""
+    dense = np.arange(1, min(max_steps, max(warmup + 1, DENSE_STEPS)) + 1)
+    spread = np.linspace(dense[-1], max_steps, SAMPLED_STEPS).astype(np.int64)
+    return np.unique(np.concatenate([dense, spread, [max_steps // 2 or 1, max(max_steps - 1, 1), max_steps]]))
+
+
+def _schedule_problems(steps: np.ndarray, lrs: np.ndarray, peak: float, floor: float, warmup: int) -> list[str]:
+    """lrs[i] is the LR of step steps[i]; steps ascend from 1 to max_steps with every step up to warmup included."""
     problems = []
     tol = LR_RTOL * peak
     if np.any(lrs > peak + tol):
-        step = int(np.argmax(lrs > peak + tol)) + 1
-        problems.append(f"{what}: above the peak {peak:g} at step {step} ({lrs[step - 1]:.6g})")
+        i = int(np.argmax(lrs > peak + tol))
+        problems.append(f"by steps: above the peak {peak:g} at step {steps[i]} ({lrs[i]:.6g})")
     if warmup > 0:
         ramp = lrs[:warmup]
         if lrs[0] > 2.0 * peak / warmup + tol:
-            problems.append(f"{what}: warmup starts at {lrs[0]:.6g}, not near 0 (expected <= {2 * peak / warmup:.3g})")
+            problems.append(f"by steps: warmup starts at {lrs[0]:.6g}, not near 0 "
+                            f"(expected <= {2 * peak / warmup:.3g})")
         if np.any(np.diff(ramp) < -tol):
-            problems.append(f"{what}: falls during warmup (step {int(np.argmax(np.diff(ramp) < -tol)) + 2})")
+            problems.append(f"by steps: falls during warmup (step {int(np.argmax(np.diff(ramp) < -tol)) + 2})")
         if abs(lrs[warmup - 1] - peak) > 0.02 * peak + peak / max(warmup, 1):
-            problems.append(f"{what}: reaches {lrs[warmup - 1]:.6g} at the end of warmup (step {warmup}), not the peak "
-                            f"{peak:g}")
-    after = lrs[max(warmup, 1) - 1:]
+            problems.append(f"by steps: reaches {lrs[warmup - 1]:.6g} at the end of warmup (step {warmup}), not the "
+                            f"peak {peak:g}")
+    first = max(warmup, 1) - 1
+    after, after_steps = lrs[first:], steps[first:]
     if np.any(after < floor - tol):
-        step = max(warmup, 1) + int(np.argmax(after < floor - tol))
-        problems.append(f"{what}: below min_lr {floor:g} at step {step} ({lrs[step - 1]:.6g})")
+        i = int(np.argmax(after < floor - tol))
+        problems.append(f"by steps: below min_lr {floor:g} at step {after_steps[i]} ({after[i]:.6g})")
     rises = np.diff(after) > tol
     if np.any(rises):
-        step = max(warmup, 1) + int(np.argmax(rises)) + 1
-        problems.append(f"{what}: rises after warmup at step {step} ({lrs[step - 2]:.6g} -> {lrs[step - 1]:.6g})")
+        i = int(np.argmax(rises)) + 1
+        problems.append(f"by steps: rises after warmup at step {after_steps[i]} ({after[i - 1]:.6g} at step "
+                        f"{after_steps[i - 1]} -> {after[i]:.6g})")
     if abs(lrs[-1] - floor) > tol + 1e-6 * peak:
-        problems.append(f"{what}: ends at {lrs[-1]:.6g}, not at min_lr {floor:g}")
+        problems.append(f"by steps: ends at {lrs[-1]:.6g}, not at min_lr {floor:g}")
     return problems
+
+
+def _problems_by_steps(train, steps: np.ndarray, peak: float, floor: float) -> tuple[np.ndarray, list[str]]:
+    lrs = np.array([train_step.scheduled_lr(train, int(s)) for s in steps])
+    problems = _schedule_problems(steps, lrs, peak, floor, train.warmup_steps)
+    # the specification written from params alone (what the lr_applied watchdog holds every applied LR to)
+    specified = schedule_spec.specified_lrs(train, steps)
+    apart = np.flatnonzero(np.abs(lrs - specified) > LR_RTOL * peak)
+    if apart.size:
+        i = int(apart[0])
+        problems.append(f"differs from its specification (minigpt/train/schedule_spec.py) at {apart.size} of "
+                        f"{steps.size} steps evaluated, first step {steps[i]}: {lrs[i]:.6g} against {specified[i]:.6g}")
+    return lrs, problems
 
 
 def check_lr_schedule(ctx: Context) -> dict:
     train = ctx.params.train
     peak = train.lr
     floor = 0.1 * peak if train.min_lr is None else train.min_lr
-    steps = np.arange(1, train.max_steps + 1)
-    lrs = np.array([train_step.scheduled_lr(train, int(s)) for s in steps])
-    problems = _schedule_problems(lrs, peak, floor, train.warmup_steps, "by steps")
-    # the specification written from params alone (what the lr_applied watchdog holds every applied LR to)
-    specified = schedule_spec.specified_lrs(train, steps)
-    apart = np.flatnonzero(np.abs(lrs - specified) > LR_RTOL * peak)
-    if apart.size:
-        s = int(apart[0])
-        problems.append(f"differs from its specification (minigpt/train/schedule_spec.py) at {apart.size} steps, "
-                        f"first step {s + 1}: {lrs[s]:.6g} against {specified[s]:.6g}")
-    measured = {"steps": train.max_steps, "warmup_steps": train.warmup_steps, "peak": peak, "min_lr": floor,
-                "lr_at": {str(int(s)): float(f"{lrs[s - 1]:.6g}") for s in
-                          sorted({1, max(train.warmup_steps, 1), train.max_steps // 2, train.max_steps})}}
+    steps = evaluated_steps(train.max_steps, train.warmup_steps)
+    lrs, problems = _problems_by_steps(train, steps, peak, floor)
+    if problems and steps.size < train.max_steps:
+        # a schedule that fails is evaluated at every step, so the message names the first bad step exactly
+        steps = np.arange(1, train.max_steps + 1)
+        lrs, problems = _problems_by_steps(train, steps, peak, floor)
+    lr_of = dict(zip(steps.tolist(), lrs.tolist()))
+    measured = {"steps": train.max_steps, "steps_evaluated": int(steps.size), "warmup_steps": train.warmup_steps,
+                "peak": peak, "min_lr": floor,
+                "lr_at": {str(s): float(f"{lr_of[s]:.6g}") for s in
+                          sorted({1, max(train.warmup_steps, 1), train.max_steps // 2 or 1, train.max_steps})}}
     if train.max_seconds is not None:
         # a clock-limited run: at any step past warmup, the LR as the clock runs out must fall to min_lr
         fractions = np.linspace(0.0, 1.0, TIME_GRID)

@@ -23,7 +23,7 @@ from minigpt.data import batching
 from minigpt.data.bpe import BPETokenizer
 from minigpt.model import batch_loss
 from minigpt.model.gpt import MiniGPTConfig
-from minigpt.model.nonfinite import NonFiniteTracker
+from minigpt.model.nonfinite import first_non_finite_module
 from minigpt.preflight.checks import Check, CheckFailed
 from minigpt.preflight.context import Context
 from minigpt.train import distill, train_step
@@ -81,19 +81,19 @@ def rehearse(ctx: Context) -> dict:
               "losses": [], "lrs": [],
               "failure": None}
     gen = ctx.generator(5)
-    with NonFiniteTracker(model) as tracker:
-        for step in range(1, steps + 1):
-            inputs, targets, soft = distill.draw_batch(ctx.splits["train"], pre.batch_size, block, ctx.device, gen,
-                                                       ctx.soft_targets)
-            tracker.reset()
-            result = run_step(inputs, targets, step, soft=soft)
-            record["lrs"].append(result.lr)
-            if not result.stepped:
-                what = f"loss {result.loss}" if not math.isfinite(result.loss) else f"gradient norm {result.grad_norm}"
-                record["failure"] = (f"non-finite {what} at rehearsal step {step} (lr {result.lr:.3g}); first module "
-                                     f"with a non-finite output: '{tracker.first}'")
-                break
-            record["losses"].append(result.loss)
+    for step in range(1, steps + 1):
+        inputs, targets, soft = distill.draw_batch(ctx.splits["train"], pre.batch_size, block, ctx.device, gen,
+                                                   ctx.soft_targets)
+        result = run_step(inputs, targets, step, soft=soft)
+        record["lrs"].append(result.lr)
+        if not result.stepped:
+            what = f"loss {result.loss}" if not math.isfinite(result.loss) else f"gradient norm {result.grad_norm}"
+            first = first_non_finite_module(
+                model, lambda: batch_loss.calc_loss_batch(model, inputs, targets, train.precision))
+            record["failure"] = (f"non-finite {what} at rehearsal step {step} (lr {result.lr:.3g}); first module "
+                                 f"with a non-finite output: '{first}'")
+            break
+        record["losses"].append(result.loss)
     if record["failure"] is None:
         record["probe_loss_after"] = batch_loss.evaluate_model(model, probes, train.precision)
     ctx.rehearsal = record
@@ -174,7 +174,7 @@ def overfit_run(ctx: Context, dropout: float) -> dict:
     optimizer = train_step.make_optimizer(model, train, lr=pre.overfit_lr, weight_decay=0.0)
     inputs, targets = batching.get_batch(ctx.splits["train"], pre.overfit_batch_size, config.block_size, ctx.device,
                                          ctx.generator(6))
-    losses, failure = [], None
+    losses, failure, final = [], None, None
     for step in range(1, pre.overfit_steps + 1):
         result = train_step.training_step(model, optimizer, inputs, targets, pre.overfit_lr, train.precision,
                                           train.grad_clip)
@@ -182,9 +182,16 @@ def overfit_run(ctx: Context, dropout: float) -> dict:
             failure = f"loss {result.loss} / gradient norm {result.grad_norm} at overfit step {step}"
             break
         losses.append(result.loss)
-    final = batch_loss.evaluate_model(model, [(inputs, targets)], train.precision)
+        if result.loss < pre.overfit_threshold:
+            # memorised once the batch scores below the threshold in eval mode too: the remaining steps prove nothing
+            final = batch_loss.evaluate_model(model, [(inputs, targets)], train.precision)
+            if final < pre.overfit_threshold:
+                break
+    if final is None or final >= pre.overfit_threshold:
+        final = batch_loss.evaluate_model(model, [(inputs, targets)], train.precision)
     reached = next((i for i, v in enumerate(losses) if v < pre.overfit_threshold), None)
     return {"dropout": dropout, "final_loss": final, "steps_to_threshold": reached,
+            "steps_run": len(losses),
             "loss_at": {str(i): round(losses[i], 4) for i in range(0, len(losses), max(1, len(losses) // 5))},
             "failure": failure}
 
@@ -226,8 +233,9 @@ CHECKS: tuple[Check, ...] = (
            "inputs and targets misaligned, so there is nothing to learn")),
     Check("single_batch_overfit", check_single_batch_overfit,
           ("forward_shapes", "optimizer_update", "causal_independence"),
-          lambda c: (f"fresh debug model, one batch, {c.params.preflight.overfit_steps} steps of the run's training "
-                     f"step ({c.params.train.precision}): final loss < {c.params.preflight.overfit_threshold}"),
+          lambda c: (f"fresh debug model, one batch, up to {c.params.preflight.overfit_steps} steps of the run's "
+                     f"training step ({c.params.train.precision}): its loss < {c.params.preflight.overfit_threshold} "
+                     "in eval mode (it stops there)"),
           ("the model cannot learn: broken residuals, wrong targets, or a bug in the loss",
            "learning rate far too low or too high",
            "data pipeline feeding different batches each step")),

@@ -37,7 +37,7 @@ from minigpt.model.checkpoint import (
     load_checkpoint,
 )
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig
-from minigpt.model.nonfinite import NonFiniteTracker
+from minigpt.model.nonfinite import first_non_finite_module
 from minigpt.model.sampling import SamplingSettings, sample_text
 from minigpt.train import distill, distributed, schedule_spec, train_step
 from minigpt.train.gate import verify_gate
@@ -77,9 +77,10 @@ def check_models_writable(folder: Path) -> None:
 
 def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
           model_factory: Callable[[MiniGPTConfig], nn.Module] = MiniGPT, out: Callable[[str], None] = print,
-          stop_at_step: int | None = None) -> dict:
+          stop_at_step: int | None = None, curves_png: bool = True) -> dict:
     """stop_at_step: stop after that step as a Ctrl-C would (checkpoint, then TrainingStopped); preflight's resume
-    check interrupts a run this way."""
+    check interrupts a run this way, and passes curves_png=False (its scratch runs' PNG, a second of drawing, is
+    never read)."""
     cfg = params.train
     ddp = distributed.init_distributed(cfg.device)
     say = out if ddp.main else (lambda _msg: None)
@@ -107,6 +108,7 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
             provenance.forget(root, "train")  # written again when the run completes
         run = prepare_run(params, root, ddp, say, model_factory, custody)
         run.watch = Watchdogs(params.watch, params.train.grad_clip, params.clean.placeholder, reference, say)
+        run.curves_png = curves_png
         summary = _loop(run, stop)
         if ddp.main:
             custody.made(*provenance.TRAIN_OUTPUTS)
@@ -195,7 +197,7 @@ def _loop(run: Run, stop: StopRequest) -> dict:
     summary = _summary(run)
     if ddp.main:
         summary["checks"] = checks.records(progress.history, run.root / BEST_CHECKPOINT)
-        write_curves(progress.history, run.root)
+        write_curves(progress.history, run.root, png=run.curves_png)
         atomic_write_json(run.root / TRAIN_SUMMARY, summary)
         say(f"[train] done: best val loss {summary['best_val_loss']:.4f} at step {summary['best_step']}, "
             f"{summary['tokens_per_sec_median']:.0f} tok/s, clipped {summary['clipped_fraction']:.1%} of steps, "
@@ -277,11 +279,11 @@ class _ConsoleReport:
 
 def _raise_diverged(run: Run, step: int, result: train_step.StepResult, inputs, targets) -> None:
     what = f"loss {result.loss}" if not math.isfinite(result.loss) else f"gradient norm {result.grad_norm}"
-    with NonFiniteTracker(run.raw_model) as tracker, torch.no_grad():
-        batch_loss.calc_loss_batch(run.raw_model, inputs, targets, run.cfg.precision)
+    first = first_non_finite_module(
+        run.raw_model, lambda: batch_loss.calc_loss_batch(run.raw_model, inputs, targets, run.cfg.precision))
     bad_grads = [n for n, p in run.raw_model.named_parameters()
                  if p.grad is not None and not torch.isfinite(p.grad).all()]
-    where = f"first module with non-finite output: '{tracker.first}'" if tracker.first else (
+    where = f"first module with non-finite output: '{first}'" if first else (
         "the forward pass is finite; non-finite gradients in: " + ", ".join(bad_grads[:8]))
     raise TrainingDiverged(
         f"non-finite {what} at step {step} (last finite step {step - 1}); {where}; {_kept(run)}. "

@@ -78,14 +78,16 @@ class RunLog:
         self.handle.close()
 
 
-def write_curves(history: list[dict], root: Path) -> None:
-    """CSV plots for `dvc plots` (JSONL is not accepted there) and a PNG readable offline."""
+def write_curves(history: list[dict], root: Path, png: bool = True) -> None:
+    """CSV plots for `dvc plots` (JSONL is not accepted there) and, with png, a PNG readable offline."""
     rows = ["step,train_loss,lr,grad_norm"]
     rows += [f"{r['step']},{r['train_loss']},{r['lr']},{r['grad_norm']}" for r in history]
     atomic_write_text(root / TRAIN_PLOT_CSV, "\n".join(rows) + "\n")
     val = [r for r in history if "val_loss" in r]
     atomic_write_text(root / VAL_PLOT_CSV,
                       "\n".join(["step,val_loss"] + [f"{r['step']},{r['val_loss']}" for r in val]) + "\n")
+    if not png:
+        return
     steps = [r["step"] for r in history]
     save_png(root / CURVES_PNG, [
         ("loss", [Series("train", list(zip(steps, (r["train_loss"] for r in history)))),

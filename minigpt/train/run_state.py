@@ -68,6 +68,7 @@ class Run:
     average: WeightAverage | None = None  # train.ema_decay: the weights evaluated, kept as best and sampled
     soft_targets: SoftTargets | None = None  # train.distill_alpha > 0: every train position's soft target
     custody: Custody | None = None  # the provenance record of what the run read (written when it completes)
+    curves_png: bool = True  # draw reports/train_curves.png at the end (the CSV plots are always written)
 
     @property
     def scored_model(self) -> nn.Module:
