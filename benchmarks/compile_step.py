@@ -10,7 +10,6 @@ Compilation time is measured separately (the first calls) and excluded from the 
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
@@ -19,79 +18,9 @@ from pathlib import Path
 
 import torch
 
-from bench_common import ROOT, machine_label
-from minigpt.core.compose import compose_params
-from minigpt.core.config import load_params
+from bench_common import SMOKE_SHAPE, VOCAB, interleaved_rates, machine_label, random_batch, shape_params, timing_parser
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 from minigpt.train import train_step
-
-VOCAB = 119  # wt2-mini's vocabulary
-# --smoke: the small budget shape made tiny (code paths in seconds, not timings)
-SMOKE_SHAPE = ["model.embedding_dim=32", "model.num_layers=1", "model.block_size=16"]
-
-
-def shape_params(shape: str, overrides: list[str], scratch: Path):
-    """A budget shape forced (conf/shape/), without this machine's stored choice: the benchmark times both."""
-    compose_params(scratch / "params.yaml", ROOT / "conf", ["experiment=budget-72s", "machine=none", f"shape={shape}",
-                                                           "train.precision=fp32", *overrides])
-    return load_params(scratch / "params.yaml")
-
-
-def timing_parser(doc: str, steps: int, rounds: int) -> argparse.ArgumentParser:
-    """The timing benchmarks' shared options: --steps per round, --rounds, --smoke, --out."""
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=steps)
-    parser.add_argument("--rounds", type=int, default=rounds)
-    parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--out", type=Path)
-    return parser
-
-
-def random_batch(params) -> tuple[torch.Tensor, torch.Tensor]:
-    """One fixed batch of the shape's size (inputs, targets), the same for every variant timed."""
-    gen = torch.Generator().manual_seed(0)
-    size = (params.train.batch_size, params.model.block_size)
-    return torch.randint(0, VOCAB, size, generator=gen), torch.randint(0, VOCAB, size, generator=gen)
-
-
-def interleaved_rates(runners: dict, inputs: torch.Tensor, targets: torch.Tensor, steps: int,
-                      rounds: int) -> dict[str, list[float]]:
-    """tokens/s of each runner (a step function of inputs, targets), `steps` steps per round, the runners taking
-    turns for `rounds` rounds (so a machine that slows down slows them all)."""
-    rates = {name: [] for name in runners}
-    for _ in range(rounds):
-        for name, runner in runners.items():
-            started = time.perf_counter()
-            for _ in range(steps):
-                runner(inputs, targets)
-            rates[name].append(steps * inputs.numel() / (time.perf_counter() - started))
-    return rates
-
-
-def shape_rates(shape: str, params, rates: dict[str, list[float]], before: str) -> dict:
-    """A shape's medians and their ratios to the `before` variant, with the rounds."""
-    base = statistics.median(rates[before])
-    return {"shape": shape, "optimizer": params.train.optimizer, "model": params.model.model_dump(),
-            "batch": [params.train.batch_size, params.model.block_size],
-            "tokens_per_s": {m: statistics.median(r) for m, r in rates.items()},
-            "ratio_to_before": {m: statistics.median(r) / base for m, r in rates.items()}, "rounds": rates}
-
-
-def run_shapes(measure, args, prefix: str) -> None:
-    """Both budget shapes through measure(shape, overrides, steps, rounds, scratch) (--smoke: the small one, made
-    tiny, one round of one step), printed, and written to --out with the machine's label."""
-    scratch = Path(tempfile.mkdtemp(prefix=prefix))
-    overrides, shapes = [], ("small", "production")
-    if args.smoke:
-        overrides = SMOKE_SHAPE
-        args.steps, args.rounds, shapes = 1, 1, ("small",)
-    results = [measure(shape, overrides, args.steps, args.rounds, scratch) for shape in shapes]
-    for result in results:
-        for name, rate in result["tokens_per_s"].items():
-            print(f"{result['shape']:<11} {name:<46} {rate:>8,.0f} tokens/s ({result['ratio_to_before'][name]:.2f}x)")
-    if args.out:
-        args.out.write_text(json.dumps({"machine": machine_label(), "shapes": results}, indent=2))
-        print(f"wrote {args.out}")
 
 
 def make_runner(params, mode: str, seed: int = 0):

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from compile_step import VOCAB, interleaved_rates, random_batch, run_shapes, shape_params, shape_rates, timing_parser
 
+from bench_common import VOCAB, interleaved_rates, random_batch, run_shapes, shape_params, shape_rates, timing_parser
 from minigpt.model.dropout import Dropout
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 from minigpt.train import train_step

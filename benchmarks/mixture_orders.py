@@ -23,25 +23,36 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench_common import ROOT, machine_label, prepare_project, synthetic_corpus
+from bench_common import (
+    BUDGET_SMOKE,
+    ROOT,
+    compose_project,
+    machine_label,
+    prepare_project,
+    refresh_tokens,
+    synthetic_corpus,
+)
 from minigpt.core.io_utils import atomic_write_text
 from minigpt.core.paths import BEST_CHECKPOINT, ENCODED_DIR
 from minigpt.data.encode import load_ids
 from minigpt.evaluate.mixture import mixture_figures
 from minigpt.evaluate.scoring import target_nll
 from minigpt.model.checkpoint import load_checkpoint, model_from_checkpoint
+from minigpt.preflight.suite import run_preflight
+from minigpt.train.loop import train
 
 
 def smoke_project() -> Path:
     """A scratch project on the synthetic fixture with a checkpoint from a 3-second budget-72s run."""
-    from quality_budget import SMOKE_SHAPE, one_run
-
     scratch = Path(tempfile.mkdtemp(prefix="minigpt-mixture-"))
     corpus, work = synthetic_corpus(scratch / "corpus"), scratch / "project"
     prepare_project(work, corpus)
-    run = one_run("smoke", ["experiment=budget-72s", *SMOKE_SHAPE], work, corpus)
-    if "val_bpc" not in run:
-        raise SystemExit(f"the smoke run did not train a model: {run}")
+    params = compose_project(work, corpus, ["experiment=budget-72s", *BUDGET_SMOKE, "train.sample_length=0"])
+    refresh_tokens(work)  # the budget preset's soft targets
+    report = run_preflight(params, work)
+    if not report["passed"]:
+        raise SystemExit(f"the smoke run's preflight failed: {report['failed']}")
+    train(params, work, out=lambda _message: None)
     return work
 
 

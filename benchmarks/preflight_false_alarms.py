@@ -22,12 +22,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bench_common import ROOT, compose_project, machine_label, prepare_project, synthetic_corpus
-
-sys.path.insert(0, str(ROOT / "tests"))
-from helpers.planted_bugs import (
-    lr_zero_after_warmup,
-    zero_grad_between_backward_and_step,
-)
 from minigpt.data.tokenizer_files import load_tokenizer
 from minigpt.model.devices import select_device
 from minigpt.model.gpt import MiniGPTConfig
@@ -35,6 +29,10 @@ from minigpt.preflight.checks import run_checks
 from minigpt.preflight.context import Context
 from minigpt.preflight.suite import CHECKS
 from minigpt.preflight.training_checks import running_median
+from minigpt.testing.planted_bugs import (
+    lr_zero_after_warmup,
+    zero_grad_between_backward_and_step,
+)
 from minigpt.train import (
     train_step,
 )

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from bench_common import (
+    BUDGET_SMOKE,
     ROOT,
     clear_checkpoints,
     compose_project,
@@ -84,12 +85,9 @@ LONG_TOKENIZER_RUNS = {"budget-15m, char": ["experiment=budget-15m"],
                        "budget-15m, BPE 512": ["experiment=budget-15m", *BPE]}
 # the smoke's 3-second clock is not the clock a machine choice was made for: its shape and precision set by hand,
 # the small shape made tiny so that 3 s are enough steps to learn on any CPU
-SMOKE_SHAPE = ["machine=none", "shape=small", "train.precision=fp32", "train.max_seconds=3", "model.embedding_dim=32",
-               "model.num_heads=2", "model.num_layers=1", "model.block_size=32", "train.warmup_steps=10",
-               "train.lr=0.01"]
-SMOKE_RUNS = {**{f"budget-72s preset, 3 s, seed {s}": ["experiment=budget-72s", *SMOKE_SHAPE,
+SMOKE_RUNS = {**{f"budget-72s preset, 3 s, seed {s}": ["experiment=budget-72s", *BUDGET_SMOKE,
                                                       *SEPARATE_FIGURES, f"train.seed={s}"] for s in (1, 2)},
-              "budget-72s, BPE 300, 3 s": ["experiment=budget-72s", *SMOKE_SHAPE, "tokenizer=bpe",
+              "budget-72s, BPE 300, 3 s": ["experiment=budget-72s", *BUDGET_SMOKE, "tokenizer=bpe",
                                            "tokenizer.vocab_size=300"]}
 QUIET = ["train.sample_length=0"]
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -33,11 +32,10 @@ from bench_common import (
     refresh_tokens,
     synthetic_corpus,
 )
-from minigpt.core.io_utils import atomic_write_text
 from minigpt.evaluate.checkpoint_eval import evaluate_checkpoint
-from minigpt.evaluate.intervals import welch_interval
 from minigpt.evaluate.scoring_checks import ScoringCheckFailed
 from minigpt.preflight.suite import run_preflight
+from minigpt.testing.false_alarm_rows import earlier_rows, summarise, tokens_stale, write_results
 from minigpt.train.loop import train
 from minigpt.train.training_checks import TrainingCheckFailed
 from minigpt.train.watchdogs import WatchdogStop
@@ -47,19 +45,11 @@ PRESETS = {"debug": ["experiment=debug"], "budget-72s": ["experiment=budget-72s"
 QUIET = ["train.sample_length=200"]
 
 
-def tokens_for(params, work: Path, built: dict) -> None:
-    """The tokenizer, encoded splits and soft targets of this run's params, rebuilt when a preset changes what they
-    are built from (the budget presets train on soft targets the default params do not build)."""
-    wanted = {name: params.section_dict(name) for name in ("tokenizer", "soft_targets")}
-    if built.get("for") != wanted:
-        refresh_tokens(work)
-        built["for"] = wanted
-
-
 def one_run(preset: str, seed: int, work: Path, corpus: Path, extra: list[str], built: dict) -> dict:
     params = compose_project(work, corpus, [*PRESETS[preset], *QUIET, f"train.seed={seed}", f"preflight.seed={seed}",
                                             *extra])
-    tokens_for(params, work, built)
+    if tokens_stale(params, built):  # the budget presets train on soft targets the default params do not build
+        refresh_tokens(work)
     clear_checkpoints(work)
     started = time.perf_counter()
     report = run_preflight(params, work)
@@ -86,49 +76,6 @@ def one_run(preset: str, seed: int, work: Path, corpus: Path, extra: list[str], 
             "val_bpc": metrics["val"]["bpc"], "test_bpc": metrics["test"]["bpc"],
             "vs_best_static_bpc": metrics["baselines"]["vs_best_static_bpc"],
             "seconds": time.perf_counter() - started}
-
-
-def spread(values: list[float]) -> dict | None:
-    """Mean, sample sd and the 95% t-interval of the mean over seeds (None under two values: no spread)."""
-    if len(values) < 2:
-        return None
-    mean, sd = statistics.mean(values), statistics.stdev(values)
-    interval = welch_interval(mean, [(sd ** 2 / len(values), len(values) - 1)])["ci95"]
-    return {"mean": mean, "sd": sd, "mean_ci95": interval}
-
-
-def summarise(rows: list[dict]) -> dict:
-    """Per preset: runs, refusals, stops, warnings, the val bpc range and spread (and test's) over the trained
-    runs, and the machines the rows ran on."""
-    summary = {}
-    for preset in dict.fromkeys(r["preset"] for r in rows):
-        mine = [r for r in rows if r["preset"] == preset]
-        trained = [r for r in mine if "val_bpc" in r]
-        summary[preset] = {"runs": len(mine), "seeds": [r["seed"] for r in mine],
-                           "machines": sorted({r["machine"] for r in mine}),
-                           "refused": sum(not r["preflight_passed"] for r in mine),
-                           "stopped": sum("stopped" in r for r in mine),
-                           "runtime_checks_failed": sum("check_failed" in r for r in mine),
-                           "runs_with_warnings": sum(r["warnings"] > 0 for r in trained),
-                           "warnings": sum(r["warnings"] for r in trained),
-                           "val_bpc": [min((r["val_bpc"] for r in trained), default=None),
-                                       max((r["val_bpc"] for r in trained), default=None)],
-                           "vs_best_static_bpc": [min((r["vs_best_static_bpc"] for r in trained), default=None),
-                                                  max((r["vs_best_static_bpc"] for r in trained), default=None)],
-                           "val_bpc_spread": spread([r["val_bpc"] for r in trained]),
-                           "test_bpc_spread": spread([r["test_bpc"] for r in trained])}
-    return summary
-
-
-def earlier_rows(out: Path) -> list[dict]:
-    """The rows an earlier slice wrote to out (none if it does not exist yet)."""
-    return json.loads(out.read_text())["rows"] if out.exists() else []
-
-
-def write_results(out: Path, label: dict, smoke: bool, rows: list[dict]) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, json.dumps({"machine": label, "smoke": smoke, "summary": summarise(rows), "rows": rows},
-                                      indent=2) + "\n")
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["MINIGPT_THREADS"] = "1"
 
-from helpers.wikitext_fixture import make_texts, release_for, write_directory, write_zip
+from minigpt.testing.wikitext_fixture import make_texts, release_for, write_directory, write_zip
 
 
 @pytest.fixture(autouse=True)

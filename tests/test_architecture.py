@@ -6,6 +6,7 @@ import ast
 import re
 
 from helpers import REPO_ROOT
+from minigpt.core.code_binding import run_code_files
 
 PACKAGE = REPO_ROOT / "minigpt"
 
@@ -96,8 +97,8 @@ def lr_writers(path) -> bool:
 
 def test_the_lr_is_computed_and_applied_in_one_module():
     """train.lr reaches the optimizer through minigpt/train/train_step.py alone: nothing else writes a group's LR
-    or calls the schedule's formula."""
-    writers = [name for name in modules() if lr_writers(REPO_ROOT / name)]
+    or calls the schedule's formula (the bugs minigpt/testing/ plants on purpose aside: no run imports them)."""
+    writers = [name for name in modules() if not name.startswith("minigpt/testing/") and lr_writers(REPO_ROOT / name)]
     assert writers == ["minigpt/train/train_step.py"]
     formula = [name for name in modules() if name != "minigpt/train/train_step.py"
                and re.search(r"\bcosine_with_warmup\(", (REPO_ROOT / name).read_text(encoding="utf-8"))]
@@ -108,3 +109,49 @@ def test_the_lr_check_sees_a_second_writer(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("def f(opt):\n    for g in opt.param_groups:\n        g['lr'] = 0.1\n")
     assert lr_writers(probe)
+
+
+BENCHMARKS = REPO_ROOT / "benchmarks"
+SHARED_BENCHMARK_MODULES = {"bench_common", "__init__"}
+
+
+def imported_top_names(path) -> set[str]:
+    """The top-level names a file imports ("bench_common", "benchmarks", "minigpt", …), at any depth of the file."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return {name.split(".")[0] for name in names} | {name for name in names if name.startswith("benchmarks.")}
+
+
+def benchmark_scripts() -> set[str]:
+    return {p.stem for p in BENCHMARKS.glob("*.py")} - SHARED_BENCHMARK_MODULES
+
+
+def scripts_imported(path) -> set[str]:
+    scripts = benchmark_scripts()
+    return {name for name in imported_top_names(path)
+            if name in scripts or (name.startswith("benchmarks.") and name.split(".")[1] in scripts)}
+
+
+def test_no_benchmark_script_imports_another_and_tests_import_no_benchmark():
+    """What two benchmark scripts share is in benchmarks/bench_common.py; what the tests and the benchmarks share is
+    in minigpt/testing/ (the fixture corpus, the planted bugs): tests run a benchmark as a command, never import it."""
+    crossing = {p.name: sorted(scripts_imported(p)) for p in BENCHMARKS.glob("*.py") if scripts_imported(p)}
+    assert crossing == {}
+    into_benchmarks = {str(p.relative_to(REPO_ROOT)): sorted(n for n in imported_top_names(p)
+                                                           if n in ("benchmarks", "bench_common") or n in
+                                                           benchmark_scripts() or n.startswith("benchmarks."))
+                       for p in (REPO_ROOT / "tests").rglob("*.py")}
+    assert {name: found for name, found in into_benchmarks.items() if found} == {}
+    assert [name for name in run_code_files(REPO_ROOT) if name.startswith("minigpt/testing/")] == [], "no run code"
+
+
+def test_the_benchmark_import_check_sees_a_script_importing_another(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    from compile_step import VOCAB\n    import benchmarks.tables\n")
+    assert scripts_imported(probe) == {"compile_step", "benchmarks.tables"}
+    probe.write_text("from bench_common import VOCAB\nfrom minigpt.testing import planted_bugs\n")
+    assert scripts_imported(probe) == set()

@@ -2,14 +2,10 @@
 slice appends to the rows already written, and the summary counts every row with the machines they ran on."""
 
 import json
-import sys
 
 import pytest
 
-from helpers import REPO_ROOT
-
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-import watchdog_false_alarms as bench
+from minigpt.testing import false_alarm_rows as bench
 
 
 def row(seed: int, machine: str, warnings: int = 0, val: float = 2.2) -> dict:
@@ -51,10 +47,8 @@ def test_stops_and_refusals_are_counted_apart_from_trained_runs():
     assert summary["val_bpc_spread"] is None, "one trained run has no spread"
 
 
-def test_a_preset_that_builds_other_soft_targets_rebuilds_the_tokens_once(monkeypatch, tmp_path):
+def test_a_preset_that_builds_other_soft_targets_rebuilds_the_tokens_once():
     """The budget presets train on soft targets the default params do not build: their first run rebuilds them."""
-    calls = []
-    monkeypatch.setattr(bench, "refresh_tokens", calls.append)
 
     class Composed:
         def __init__(self, order: int):
@@ -64,6 +58,5 @@ def test_a_preset_that_builds_other_soft_targets_rebuilds_the_tokens_once(monkey
             return {"order": self.order} if name == "soft_targets" else {"kind": "char"}
 
     built: dict = {}
-    for order in (0, 0, 7, 7, 7, 0):
-        bench.tokens_for(Composed(order), tmp_path, built)
-    assert calls == [tmp_path] * 3
+    rebuilt = [bench.tokens_stale(Composed(order), built) for order in (0, 0, 7, 7, 7, 0)]
+    assert rebuilt == [True, False, True, False, False, True]

@@ -7,10 +7,10 @@ import zipfile
 
 import pytest
 
-from helpers.wikitext_fixture import release_for, write_zip
 from minigpt.core.config import DataConfig
 from minigpt.core.errors import DataError
 from minigpt.data.fetch import USER_AGENT, fetch
+from minigpt.testing.wikitext_fixture import release_for, write_zip
 
 
 def data_cfg(source="wikitext2", path=None, mirrors=(), attempts=2):

@@ -11,12 +11,6 @@ import pytest
 import torch
 
 from helpers.pipeline_fixture import recompose
-from helpers.planted_bugs import (
-    fp32_attention_without_the_mask,
-    muon_gets_the_embedding,
-    qk_norm_over_positions,
-    rotate_half_over_time,
-)
 from helpers.tiny_models import small_config
 from minigpt.core.config import ConfigError
 from minigpt.model import gpt as model_module
@@ -25,6 +19,12 @@ from minigpt.model.gpt import MiniGPT, MiniGPTConfig, mlp_hidden_width
 from minigpt.preflight.architecture_checks import expected_parameters, measured_parameters
 from minigpt.preflight.checks import format_table
 from minigpt.preflight.suite import run_preflight
+from minigpt.testing.planted_bugs import (
+    fp32_attention_without_the_mask,
+    muon_gets_the_embedding,
+    qk_norm_over_positions,
+    rotate_half_over_time,
+)
 from minigpt.train import optim
 from minigpt.train.loop import train
 

@@ -12,10 +12,6 @@ import torch.nn.functional as F
 
 from helpers import REPO_ROOT
 from helpers.pipeline_fixture import load_stage, recompose
-from helpers.planted_bugs import (
-    lr_zero_after_warmup,
-    zero_grad_between_backward_and_step,
-)
 from minigpt.core.config import load_params
 from minigpt.core.io_utils import sha256_file
 from minigpt.data import batching
@@ -27,6 +23,10 @@ from minigpt.model.gpt import MiniGPT
 from minigpt.preflight import suite
 from minigpt.preflight.checks import describe_time, format_table
 from minigpt.preflight.suite import CHECKS, run_preflight
+from minigpt.testing.planted_bugs import (
+    lr_zero_after_warmup,
+    zero_grad_between_backward_and_step,
+)
 from minigpt.train import gate, train_step
 from minigpt.train.gate import GateError, verify_gate
 from minigpt.train.loop import train

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from helpers.pipeline_fixture import recompose
-from helpers.planted_bugs import clip_over_the_last_layer_only, layernorm_weights_decayed, lr_tail_at_zero
 from minigpt.preflight import step_checks
 from minigpt.preflight.checks import format_table
 from minigpt.preflight.suite import run_preflight
+from minigpt.testing.planted_bugs import clip_over_the_last_layer_only, layernorm_weights_decayed, lr_tail_at_zero
 from minigpt.train import optim, train_step
 
 STEP_CHECKS = ("decay_split", "lr_schedule", "clipping_contract")

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from helpers.pipeline_fixture import recompose
-from helpers.planted_bugs import average_weighted_the_wrong_way, average_without_a_copy
 from helpers.tiny_models import small_config
 from minigpt.core.paths import BEST_CHECKPOINT, LATEST_CHECKPOINT, TOKENIZER_FILE, TRAIN_LOG
 from minigpt.model.checkpoint import load_checkpoint, load_trained_model
@@ -20,6 +19,7 @@ from minigpt.model.gpt import MiniGPT
 from minigpt.preflight.checks import format_table
 from minigpt.preflight.suite import run_preflight
 from minigpt.report.evidence import evidence
+from minigpt.testing.planted_bugs import average_weighted_the_wrong_way, average_without_a_copy
 from minigpt.train.loop import train
 from minigpt.train.run_control import TrainingStopped
 from minigpt.train.weight_average import WeightAverage, decay_at
