@@ -50,7 +50,7 @@ def measure(shape: str, overrides: list[str], steps: int, rounds: int, scratch: 
 
 def main() -> None:
     args = timing_parser(__doc__, steps=5, rounds=5).parse_args()
-    run_shapes(measure, args, "minigpt-attention-precision-")
+    run_shapes(measure, args, "attention_precision")
 
 
 if __name__ == "__main__":

@@ -89,9 +89,23 @@ def manifest(label: dict) -> dict:
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "machine": label}
 
 
+def results_path(benchmark: str, label: dict | None = None) -> Path:
+    """benchmarks/results/<benchmark>/<machine class>.json: a benchmark's current result on this machine."""
+    return ROOT / "benchmarks" / "results" / benchmark / f"{machine_class(label or machine_label())}.json"
+
+
+def output_path(out: Path | None, benchmark: str, smoke: bool) -> Path:
+    """--out when given; otherwise the benchmark's results file for this machine, or, for a --smoke run (code paths,
+    not figures), a scratch file that never replaces a result."""
+    if out is not None:
+        return out
+    if smoke:
+        return Path(tempfile.mkdtemp(prefix=f"minigpt-{benchmark}-smoke-")) / f"{benchmark}.json"
+    return results_path(benchmark)
+
+
 def write_result(path: Path, result: dict) -> None:
     """A result file with its manifest first, written whole (a temporary file in the same folder, then renamed)."""
-    import json
 
     from minigpt.core.io_utils import atomic_write_text
 
@@ -226,10 +240,10 @@ def shape_rates(shape: str, params, rates: dict[str, list[float]], before: str) 
             "ratio_to_before": {m: statistics.median(r) / base for m, r in rates.items()}, "rounds": rates}
 
 
-def run_shapes(measure, args, prefix: str) -> None:
+def run_shapes(measure, args, benchmark: str) -> None:
     """Both budget shapes through measure(shape, overrides, steps, rounds, scratch) (--smoke: the small one, made
-    tiny, one round of one step), printed, and written to --out with the machine's label."""
-    scratch = Path(tempfile.mkdtemp(prefix=prefix))
+    tiny, one round of one step), printed, and written with the machine's label (output_path)."""
+    scratch = Path(tempfile.mkdtemp(prefix=f"minigpt-{benchmark}-"))
     overrides, shapes = [], ("small", "production")
     if args.smoke:
         overrides = SMOKE_SHAPE
@@ -238,9 +252,9 @@ def run_shapes(measure, args, prefix: str) -> None:
     for result in results:
         for name, rate in result["tokens_per_s"].items():
             print(f"{result['shape']:<11} {name:<46} {rate:>8,.0f} tokens/s ({result['ratio_to_before'][name]:.2f}x)")
-    if args.out:
-        args.out.write_text(json.dumps({"machine": machine_label(), "shapes": results}, indent=2))
-        print(f"wrote {args.out}")
+    out = output_path(args.out, benchmark, args.smoke)
+    write_result(out, {"machine": machine_label(), "shapes": results})
+    print(f"wrote {out}")
 
 # a budget-72s run made tiny: 3 s of a one-layer model, on the fixture, in seconds (the benchmarks' --smoke runs)
 BUDGET_SMOKE = ["machine=none", "shape=small", "train.precision=fp32", "train.max_seconds=3", "model.embedding_dim=32",

@@ -10,7 +10,6 @@ Compilation time is measured separately (the first calls) and excluded from the 
 
 from __future__ import annotations
 
-import json
 import statistics
 import tempfile
 import time
@@ -18,7 +17,17 @@ from pathlib import Path
 
 import torch
 
-from bench_common import SMOKE_SHAPE, VOCAB, interleaved_rates, machine_label, random_batch, shape_params, timing_parser
+from bench_common import (
+    SMOKE_SHAPE,
+    VOCAB,
+    interleaved_rates,
+    machine_label,
+    output_path,
+    random_batch,
+    shape_params,
+    timing_parser,
+    write_result,
+)
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 from minigpt.train import train_step
 
@@ -68,9 +77,9 @@ def main() -> None:
     for mode in modes:
         print(f"{mode:<22} {result['tokens_per_s'][mode]:>9,.0f} tokens/s  ({result['ratio_to_eager'][mode]:.2f}x "
               f"eager; first 3 steps {compile_s[mode]:.1f} s)")
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=2))
-        print(f"wrote {args.out}")
+    out = output_path(args.out, "compile_step", args.smoke)
+    write_result(out, result)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -70,7 +70,7 @@ def main() -> None:
     def in_precision(shape, overrides, steps, rounds, scratch):
         return measure(shape, overrides, args.precision, steps, rounds, scratch)
 
-    run_shapes(in_precision, args, "minigpt-dropout-")
+    run_shapes(in_precision, args, "dropout_cost")
 
 
 if __name__ == "__main__":

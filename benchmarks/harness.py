@@ -13,7 +13,6 @@ compared are measured side by side (interleaved) in the same run, so the ratios 
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import platform
@@ -31,16 +30,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bench_common import (
-    ROOT,
+from bench_common import (  # (bench_common also puts the repo on sys.path)
     compose_project,
     copy_into_fresh_repo,
     flops_per_token,
     machine_kind,
-    machine_label,  # (bench_common also puts the repo on sys.path)
+    machine_label,
     model_preset,
+    output_path,
     prepare_project,
     synthetic_corpus,
+    write_result,
 )
 from minigpt.core.config import CleanConfig
 from minigpt.data.clean import clean_splits
@@ -374,7 +374,7 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path,
                         help="a folder with wiki.{train,valid,test}.raw (else the synthetic fixture)")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (slow to compile on CPU)")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "harness.json")
+    parser.add_argument("--out", type=Path, help="default: benchmarks/results/harness/<machine class>.json")
     args = parser.parse_args()
     rounds = 1 if args.smoke else 5
     vocab = 119  # wt2-mini's vocabulary
@@ -421,8 +421,8 @@ def main() -> None:
                                                           result["generation"]["rows"]]:
         for row in rows:
             row["machine"] = kind
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
+    args.out = output_path(args.out, "harness", args.smoke)
+    write_result(args.out, result)
     print_table(result)
     print(f"\nwrote {args.out}")
 

@@ -48,7 +48,7 @@ def measure(shape: str, overrides: list[str], steps: int, rounds: int, scratch: 
 
 def main() -> None:
     args = timing_parser(__doc__, steps=5, rounds=3).parse_args()
-    run_shapes(measure, args, "minigpt-muon-")
+    run_shapes(measure, args, "muon_precision")
 
 if __name__ == "__main__":
     main()

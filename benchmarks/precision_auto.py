@@ -9,13 +9,19 @@ evaluate.batch_size), with the seconds the choice costs.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 
 import torch
 
-from bench_common import compose_project, machine_kind, machine_label, synthetic_corpus
+from bench_common import (
+    compose_project,
+    machine_kind,
+    machine_label,
+    output_path,
+    synthetic_corpus,
+    write_result,
+)
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 from minigpt.model.precision import choose_evaluation_precision, without_timing
 from minigpt.train.precision_choice import measure_training
@@ -32,7 +38,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=Path, help="wiki.{train,valid,test}.raw folder (only composes params)")
     parser.add_argument("--smoke", action="store_true", help="the debug preset only")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/precision_auto.json"))
+    parser.add_argument("--out", type=Path, help="default: benchmarks/results/precision_auto/<machine class>.json")
     args = parser.parse_args()
     label = machine_label()
     rows = []
@@ -51,8 +57,8 @@ def main() -> None:
                   f"{train.get('bf16_tokens_per_s', 0):,.0f} tok/s, {train.get('seconds', 0):.1f} s); evaluate: "
                   f"{evaluate['choice']} (fp32 {evaluate.get('fp32_tokens_per_s', 0):,.0f}, bf16 "
                   f"{evaluate.get('bf16_tokens_per_s', 0):,.0f} tok/s, {evaluate.get('seconds', 0):.1f} s)", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": label, "smoke": args.smoke, "rows": rows}, indent=2) + "\n")
+    args.out = output_path(args.out, "precision_auto", args.smoke)
+    write_result(args.out, {"machine": label, "smoke": args.smoke, "rows": rows})
     print(f"wrote {args.out}")
 
 

@@ -12,7 +12,15 @@ import argparse
 import json
 from pathlib import Path
 
-from bench_common import ROOT, clear_checkpoints, compose_project, machine_label, prepare_project
+from bench_common import (
+    ROOT,
+    clear_checkpoints,
+    compose_project,
+    machine_label,
+    prepare_project,
+    results_path,
+    write_result,
+)
 from minigpt.core.paths import TRAIN_LOG
 from minigpt.train.loop import train
 
@@ -55,13 +63,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--preset", default="production", help="production, or an experiment name (debug, ...)")
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / ".work")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "precision_curves")
+    parser.add_argument("--out", type=Path, help="FILE.json and FILE.png (default: "
+                        "benchmarks/results/precision_curves/<machine class>.json and .png)")
     args = parser.parse_args()
     prepare_project(args.work, args.corpus)
     results = [run(args.work, args.corpus, args.preset, args.steps, p) for p in ("fp32", "bf16")]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"machine": machine_label(), "preset": args.preset,
-                                                         "steps": args.steps, "runs": results}))
+    args.out = args.out or results_path("precision_curves")
+    write_result(args.out.with_suffix(".json"), {"machine": machine_label(), "preset": args.preset,
+                                                 "steps": args.steps, "runs": results})
     plot(results, args.out.with_suffix(".png"))
     for r in results:
         print(f"{r['precision']}: {r['tokens_per_sec_median']:,.0f} tok/s, val loss " +

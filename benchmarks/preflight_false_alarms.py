@@ -13,7 +13,6 @@ the last 3 above the first) would have said. Broken variants plant a bug in the 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -21,7 +20,14 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench_common import ROOT, compose_project, machine_label, prepare_project, synthetic_corpus
+from bench_common import (
+    compose_project,
+    machine_label,
+    output_path,
+    prepare_project,
+    synthetic_corpus,
+    write_result,
+)
 from minigpt.data.tokenizer_files import load_tokenizer
 from minigpt.model.devices import select_device
 from minigpt.model.gpt import MiniGPTConfig
@@ -143,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--override", nargs="*", default=[],
                         help="Hydra overrides for every preset (e.g. preflight.rehearsal_steps=60)")
     parser.add_argument("--smoke", action="store_true", help="2 seeds, debug preset, fixture corpus (code paths only)")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/preflight_false_alarms.json")
+    parser.add_argument("--out", type=Path,
+                        help="default: benchmarks/results/preflight_false_alarms/<machine class>.json")
     args = parser.parse_args(argv)
     if args.smoke:
         args.seeds, args.presets, args.divergent_seeds, args.broken_seeds = 2, ["debug"], 1, 1
@@ -180,8 +187,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{group['failed_lr_stability']}, rehearsal_learns {group['failed_rehearsal_learns']}); "
                       f"below the probe's unigram loss by {group['below_unigram_min']}..{group['below_unigram_max']}",
                       flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1) + "\n")
+    args.out = output_path(args.out, "preflight_false_alarms", args.smoke)
+    write_result(args.out, results)
     print(f"wrote {args.out}")
     return 0
 

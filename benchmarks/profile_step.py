@@ -11,7 +11,6 @@ the loss curve.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from collections import defaultdict
@@ -19,7 +18,14 @@ from pathlib import Path
 
 import torch
 
-from bench_common import flops_per_token, machine_kind, machine_label, model_preset
+from bench_common import (
+    flops_per_token,
+    machine_kind,
+    machine_label,
+    model_preset,
+    output_path,
+    write_result,
+)
 from minigpt.model.dropout import Dropout
 from minigpt.model.gpt import MiniGPT
 from minigpt.train import train_step
@@ -128,7 +134,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="the debug model, one round")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/profile_step.json"))
+    parser.add_argument("--out", type=Path, help="default: benchmarks/results/profile_step/<machine class>.json")
     args = parser.parse_args()
     preset, batch, rounds = ("debug", 8, 1) if args.smoke else ("production", 32, args.rounds)
     config = model_preset(preset, 119)
@@ -177,9 +183,9 @@ def main() -> None:
         attempts.append(row)
         print(f"  {s.name:<50} {row['tokens_per_sec']:>9,.0f} tok/s  {row['vs_shipped']:.2f}x  MFU "
               f"{row['mfu_bf16']:.1%}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": label, "preset": preset, "batch": batch, "bf16_peak_flops": peak,
-                                    "profiles": profiles, "attempts": attempts, "smoke": args.smoke}, indent=2) + "\n")
+    args.out = output_path(args.out, "profile_step", args.smoke)
+    write_result(args.out, {"machine": label, "preset": preset, "batch": batch, "bf16_peak_flops": peak,
+                            "profiles": profiles, "attempts": attempts, "smoke": args.smoke})
     print(f"wrote {args.out}")
 
 

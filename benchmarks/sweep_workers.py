@@ -11,7 +11,6 @@ and times `dvc exp run --run-all -j N` until the queue is empty.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -19,7 +18,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_common import compose_project, copy_into_fresh_repo, machine_kind, machine_label, synthetic_corpus
+from bench_common import (
+    compose_project,
+    copy_into_fresh_repo,
+    machine_kind,
+    machine_label,
+    output_path,
+    synthetic_corpus,
+    write_result,
+)
 from minigpt.core.thread_share import available_cores
 
 
@@ -62,7 +69,7 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path)
     parser.add_argument("--experiments", type=int, default=4)
     parser.add_argument("--smoke", action="store_true", help="2 experiments, the 1- and 2-worker modes once")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/sweep_workers.json"))
+    parser.add_argument("--out", type=Path, help="default: benchmarks/results/sweep_workers/<machine class>.json")
     args = parser.parse_args()
     count = 2 if args.smoke else args.experiments
     cores = str(available_cores())
@@ -78,8 +85,8 @@ def main() -> None:
             rows.append({**row, "machine": machine_kind(machine_label())})
             print(f"{workers} worker(s), threads {row['threads_per_process']}: {row['experiments']} experiments "
                   f"({row['trained']} trained) in {row['seconds']} s", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": machine_label(), "smoke": args.smoke, "rows": rows}, indent=2) + "\n")
+    args.out = output_path(args.out, "sweep_workers", args.smoke)
+    write_result(args.out, {"machine": machine_label(), "smoke": args.smoke, "rows": rows})
     print(f"wrote {args.out}")
 
 

@@ -14,7 +14,6 @@ is the watchdogs' share of a step; the issue asks for under 1%. The moving avera
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import tempfile
 import time
@@ -22,7 +21,14 @@ from pathlib import Path
 
 import torch
 
-from bench_common import compose_project, machine_kind, machine_label, synthetic_corpus
+from bench_common import (
+    compose_project,
+    machine_kind,
+    machine_label,
+    output_path,
+    synthetic_corpus,
+    write_result,
+)
 from minigpt.data import batching
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 from minigpt.train import train_step
@@ -76,7 +82,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--smoke", action="store_true", help="the debug preset, 8 steps")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/watchdog_cost.json"))
+    parser.add_argument("--out", type=Path, help="default: benchmarks/results/watchdog_cost/<machine class>.json")
     args = parser.parse_args()
     label = machine_label()
     rows = []
@@ -92,8 +98,8 @@ def main() -> None:
             print(f"{preset:<20} step {row['step_ms']:8.2f} ms, watchdogs {row['watchdogs_ms'] * 1000:7.1f} µs/step "
                   f"+ {row['eval_call_ms'] * 1000:.0f} µs per eval = {row['share']:.3%} of a step; weight average "
                   f"{row['average_ms'] * 1000:.0f} µs/step = {row['average_share']:.3%}", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": label, "smoke": args.smoke, "rows": rows}, indent=2) + "\n")
+    args.out = output_path(args.out, "watchdog_cost", args.smoke)
+    write_result(args.out, {"machine": label, "smoke": args.smoke, "rows": rows})
     print(f"wrote {args.out}")
 
 

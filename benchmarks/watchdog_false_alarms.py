@@ -28,6 +28,8 @@ from bench_common import (
     compose_project,
     machine_kind,
     machine_label,
+    manifest,
+    output_path,
     prepare_project,
     refresh_tokens,
     synthetic_corpus,
@@ -87,13 +89,15 @@ def main() -> None:
                         "the long presets in slices)")
     parser.add_argument("--override", nargs="*", default=[], help="Hydra overrides for every run")
     parser.add_argument("--smoke", action="store_true", help="2 seeds of a 40-step debug run on the fixture")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/watchdog_false_alarms.json"))
+    parser.add_argument("--out", type=Path,
+                        help="default: benchmarks/results/watchdog_false_alarms/<machine class>.json")
     parser.add_argument("--append", action="store_true", help="keep the rows already in --out (run in slices)")
     args = parser.parse_args()
     label = machine_label()
     presets, seeds, extra = args.presets, args.seeds, list(args.override)
     if args.smoke:
         presets, seeds, extra = ["debug"], 2, extra + ["train.max_steps=40", "train.eval_every=10", "watch.window=10"]
+    args.out = output_path(args.out, "watchdog_false_alarms", args.smoke)
     rows = earlier_rows(args.out) if args.append else []
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch) / "project"
@@ -104,7 +108,7 @@ def main() -> None:
             for seed in range(args.first_seed, args.first_seed + seeds):
                 row = one_run(preset, seed, work, corpus, extra, built)
                 rows.append({"machine": machine_kind(label), "cpu_family_model": label["cpu_family_model"], **row})
-                write_results(args.out, label, args.smoke, rows)
+                write_results(args.out, label, args.smoke, rows, manifest(label))
                 fired = ", ".join(f"{n} x{c['fired']}" for n, c in row.get("fired", {}).items()) or "none"
                 print(f"{preset:<11} seed {seed:>3}: "
                       + (f"preflight failed {row['failed']}" if not row["preflight_passed"] else

@@ -2,6 +2,7 @@
 mixed (a CPU model, or a GPU device, in the file itself)."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -79,10 +80,42 @@ def test_a_typed_table_with_three_decimal_figures_outside_the_markers_fails_the_
     assert f"README.md:{at + 3}: a table row with a three-decimal figure outside a generated block" in checked.stderr
 
 
-def test_every_result_in_a_benchmark_folder_has_its_manifest():
-    """benchmarks/results/<benchmark>/<machine class>.json; the flat files beside them predate the layout."""
-    files = sorted((REPO_ROOT / "benchmarks/results").glob("*/*.json"))
-    assert files
+def test_every_result_is_in_its_benchmark_folder_with_its_manifest():
+    """benchmarks/results/<benchmark>/<machine class>.json, each with the manifest that says where it came from."""
+    results = REPO_ROOT / "benchmarks/results"
+    assert sorted(p.name for p in results.iterdir() if p.is_file()) == [], "no result outside a benchmark folder"
+    files = sorted(results.rglob("*.json"))
+    assert len(files) > 20
     missing = {str(f.relative_to(REPO_ROOT)): MANIFEST_FIELDS - set(json.loads(f.read_text()).get("manifest", {}))
                for f in files}
     assert {name: fields for name, fields in missing.items() if fields} == {}
+
+
+CITED = re.compile(r"(?:\b([0-9a-f]{7,40}):)?(benchmarks/results/[\w./-]+\.(?:json|png))")
+
+
+def cited_results(text: str) -> list[tuple[str | None, str]]:
+    """(commit or None, path) of every results file a text cites: `benchmarks/results/…` as it is now, or
+    `<commit>:benchmarks/results/…` for a superseded file git keeps."""
+    return [(commit or None, path.rstrip(".")) for commit, path in CITED.findall(text)]
+
+
+def test_every_results_file_the_documents_cite_exists_now_or_in_its_commit():
+    documents = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+    missing = []
+    for document in documents:
+        for commit, path in cited_results(document.read_text(encoding="utf-8")):
+            if commit is None:
+                found = (REPO_ROOT / path).is_file()
+            else:
+                found = subprocess.run(["git", "cat-file", "-e", f"{commit}:{path}"], cwd=REPO_ROOT,
+                                       capture_output=True).returncode == 0
+            if not found:
+                missing.append(f"{document.name}: {commit + ':' if commit else ''}{path}")
+    assert missing == []
+
+
+def test_a_citation_of_a_results_file_that_is_gone_is_seen():
+    now = "benchmarks/results/harness/amx-2c.json"
+    assert cited_results(f"see `{now}`.") == [(None, now)]
+    assert cited_results("(`0123abcd:benchmarks/results/old.json`)") == [("0123abcd", "benchmarks/results/old.json")]

@@ -59,7 +59,9 @@ def earlier_rows(out: Path) -> list[dict]:
     return json.loads(out.read_text())["rows"] if out.exists() else []
 
 
-def write_results(out: Path, label: dict, smoke: bool, rows: list[dict]) -> None:
+def write_results(out: Path, label: dict, smoke: bool, rows: list[dict], manifest: dict | None = None) -> None:
+    """The rows so far and their summary, with the benchmark's manifest first (where the file came from)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, json.dumps({"machine": label, "smoke": smoke, "summary": summarise(rows), "rows": rows},
-                                      indent=2) + "\n")
+    head = {"manifest": manifest} if manifest else {}
+    atomic_write_text(out, json.dumps({**head, "machine": label, "smoke": smoke, "summary": summarise(rows),
+                                       "rows": rows}, indent=2) + "\n")
