@@ -40,10 +40,13 @@ machine: $(STAMP)
 	$(BIN)/python -m minigpt.train.machine_command $(if $(FORCE),--force)
 	$(BIN)/python -m minigpt.core.compose
 
-# the whole pipeline; DATA=/abs/path uses a local copy (directory or zip) instead of downloading
+# the whole pipeline; DATA=/abs/path uses a local copy (directory or zip) instead of downloading;
+# OVERRIDES='experiment=debug ...' composes Hydra overrides in (each passed to dvc exp run as -S)
 repro: machine
 ifdef DATA
-	$(BIN)/dvc exp run -S data=local -S data.path=$(abspath $(DATA))
+	$(BIN)/dvc exp run -S data=local -S data.path=$(abspath $(DATA)) $(addprefix -S ,$(OVERRIDES))
+else ifdef OVERRIDES
+	$(BIN)/dvc exp run $(addprefix -S ,$(OVERRIDES))
 else
 	$(BIN)/dvc repro
 endif

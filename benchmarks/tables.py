@@ -78,7 +78,22 @@ def quality(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-TABLES = {"quality": quality}
+def results_index(root: Path) -> str:
+    """Every results file with what its manifest says: the machine, the commit, the date and the command."""
+    lines = ["| results file | machine | commit | date | command |", "| --- | --- | --- | --- | --- |"]
+    for path in sorted((root / RESULTS).glob("*/*.json")):
+        manifest = json.loads(path.read_text())["manifest"]
+        machine = manifest["machine"]
+        name = " ".join(str(part) for part in (machine.get("cpu") or machine.get("device") or "?",
+                                                 machine.get("cpu_family_model")) if part)
+        commit = f"`{manifest['commit'][:10]}`" + (" (backfilled)" if manifest.get("backfilled") else "")
+        command = manifest["command"].replace("|", "\\|")
+        lines.append(f"| `{(RESULTS / path.parent.name / path.name).as_posix()}` | {name} | {commit} | "
+                     f"{manifest['date'][:10]} | `{command}` |")
+    return "\n".join(lines) + "\n"
+
+
+TABLES = {"quality": quality, "results-index": results_index}
 
 
 def documents(root: Path) -> list[Path]:

@@ -91,7 +91,8 @@ def test_every_result_is_in_its_benchmark_folder_with_its_manifest():
     assert {name: fields for name, fields in missing.items() if fields} == {}
 
 
-CITED = re.compile(r"(?:\b([0-9a-f]{7,40}):)?(benchmarks/results/[\w./-]+\.(?:json|png))")
+# a path right after `--out ` is where a command wrote, not a citation
+CITED = re.compile(r"(?<!--out )(?:\b([0-9a-f]{7,40}):)?(benchmarks/results/[\w./-]+\.(?:json|png))")
 
 
 def cited_results(text: str) -> list[tuple[str | None, str]]:
@@ -119,3 +120,4 @@ def test_a_citation_of_a_results_file_that_is_gone_is_seen():
     now = "benchmarks/results/harness/amx-2c.json"
     assert cited_results(f"see `{now}`.") == [(None, now)]
     assert cited_results("(`0123abcd:benchmarks/results/old.json`)") == [("0123abcd", "benchmarks/results/old.json")]
+    assert cited_results("`python benchmarks/x.py --out benchmarks/results/x.json`") == []
