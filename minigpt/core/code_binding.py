@@ -48,15 +48,13 @@ def _import_names(source: str, filename: str) -> tuple[str, ...]:
 
 
 def _imported_files(path: Path, root: Path) -> set[Path]:
-    found: set[Path] = set()
+    # importing minigpt.a.b runs minigpt/__init__.py and minigpt/a/__init__.py first; each prefix is looked up once
+    prefixes: set[str] = set()
     for name in _import_names(path.read_text(encoding="utf-8"), str(path)):
-        # importing minigpt.a.b runs minigpt/__init__.py and minigpt/a/__init__.py first
         parts = name.split(".")
-        for depth in range(1, len(parts) + 1):
-            module = _module_file(".".join(parts[:depth]), root)
-            if module is not None:
-                found.add(module)
-    return found
+        if parts[0] == PACKAGE:
+            prefixes.update(".".join(parts[:depth]) for depth in range(1, len(parts) + 1))
+    return {module for module in (_module_file(prefix, root) for prefix in prefixes) if module is not None}
 
 
 def import_closure(script: str | Path, root: Path | None = None) -> list[str]:
