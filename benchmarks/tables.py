@@ -93,7 +93,18 @@ def results_index(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-TABLES = {"quality": quality, "results-index": results_index}
+def baselines(root: Path) -> str:
+    """The whole baseline ladder on wt2-mini, val and test bits per character, the best static baseline in bold."""
+    ladder = json.loads((root / LADDER).read_text())
+    lines = ["| predictor | kind | val bpc | test bpc |", "| --- | --- | --- | --- |"]
+    for row in ladder["rows"]:
+        best = row["name"] == ladder["best_static"]
+        name = f"{row['name']} (the best static)" if best else row["name"]
+        lines.append(f"| {name} | {row['kind']} | {_figure(row['val_bpc'], bold=best)} | {_figure(row['test_bpc'])} |")
+    return "\n".join(lines) + "\n"
+
+
+TABLES = {"quality": quality, "results-index": results_index, "baselines": baselines}
 
 
 def documents(root: Path) -> list[Path]:
