@@ -104,7 +104,33 @@ def baselines(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-TABLES = {"quality": quality, "results-index": results_index, "baselines": baselines}
+MIXTURE = RESULTS / "mixture_orders"
+
+
+def mixture(root: Path) -> str:
+    """Each preset's best checkpoint alone, the 9-gram alone and the two mixed (val bpc, test in brackets), with the
+    weight the mixture gives the 9-gram, from every mixture_orders result (a machine class each)."""
+    lines = ["| val bpc (test) | model | 9-gram alone | model + 9-gram | the 9-gram's weight |",
+             "| --- | --- | --- | --- | --- |"]
+
+    def pair(val: float, test: float) -> str:
+        return f"{_figure(val)} ({_figure(test)})"
+
+    for path in sorted((root / MIXTURE).glob("*.json")):
+        result = json.loads(path.read_text())
+        for preset in ("budget-72s", "budget-15m"):
+            run = result["runs"].get(preset)
+            if run is None:
+                continue
+            nine = next(row for row in run["rows"] if row["order"] == 9)
+            model = run["model_bits_per_token"]
+            lines.append(f"| `experiment={preset}` (best step {run['checkpoint_step']:,}; `{path.stem}`) | "
+                         f"{pair(model['val'], model['test'])} | {pair(nine['ngram_val'], nine['ngram_test'])} | "
+                         f"{pair(nine['mixture_val'], nine['mixture_test'])} | {nine['ngram_weight']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+TABLES = {"quality": quality, "results-index": results_index, "baselines": baselines, "mixture": mixture}
 
 
 def documents(root: Path) -> list[Path]:
