@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path("benchmarks/results")
 DOCUMENTS = ("README.md", "docs/*.md")
-TYPED_FIGURES_REFUSED = ("README.md", "docs/benchmarks.md")
+TYPED_FIGURES_REFUSED = ("README.md", "docs/benchmarks.md", "docs/preflight.md")
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 TABLE_FIGURE = re.compile(r"^\|.*\d\.\d{3}", re.M)
 CODE_SPAN = re.compile(r"`[^`\n]*`")  # a value in code (`train.ema_decay` `0.999`) is configuration, not a figure
@@ -130,7 +130,38 @@ def mixture(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-TABLES = {"quality": quality, "results-index": results_index, "baselines": baselines, "mixture": mixture}
+PREFLIGHT_FALSE_ALARMS = RESULTS / "preflight_false_alarms"
+
+
+def _refusals(counts: dict) -> str:
+    """'5/5 (lr_stability 3, rehearsal_learns 2)': how many runs the rehearsal refused, and by which check."""
+    by = [f"{check} {counts[f'failed_{check}']}" for check in ("lr_stability", "rehearsal_learns")
+          if counts[f"failed_{check}"]]
+    return f"{counts['failed']}/{counts['runs']}" + (f" ({', '.join(by)})" if by else "")
+
+
+def preflight_false_alarms(root: Path) -> str:
+    """Per preset: healthy seeds refused (false alarms), the single-step rule's alarms, how far below the bar's base
+    the healthy runs end, and the divergent LRs and planted bugs refused, from every preflight_false_alarms result."""
+    lines = ["| preset (its LR, precision) | false alarms | the old rule's alarms | healthy: below the base by | "
+             "lr 0.1: below the base by; refused | lr 1.0 | updates that never land (planted) | LR zero after warmup "
+             "(planted) | rehearsal per seed |", "|" + " --- |" * 9]
+    for path in sorted((root / PREFLIGHT_FALSE_ALARMS).glob("*.json")):
+        for preset, result in json.loads(path.read_text())["presets"].items():
+            healthy, slow, fast = result["healthy"], result["divergent"]["0.1"], result["divergent"]["1.0"]
+            broken = result["broken"]
+            lines.append(
+                f"| {preset} ({result['train_lr']:g}, {result['precision']}; `{path.stem}`) | "
+                f"**{healthy['failed']}**/{healthy['runs']} | {healthy['old_rule_alarms']} | "
+                f"{healthy['below_unigram_min']:.3f} … {healthy['below_unigram_max']:.3f} | "
+                f"{slow['below_unigram_min']:.3f} … {slow['below_unigram_max']:.3f}; refused {_refusals(slow)} | "
+                f"refused {_refusals(fast)} | {_refusals(broken['updates_never_land'])} | "
+                f"{_refusals(broken['lr_zero_after_warmup'])} | {healthy['seconds_median']:.2f} s |")
+    return "\n".join(lines) + "\n"
+
+
+TABLES = {"quality": quality, "results-index": results_index, "baselines": baselines, "mixture": mixture,
+          "preflight-false-alarms": preflight_false_alarms}
 
 
 def documents(root: Path) -> list[Path]:
