@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 import textwrap
 from pathlib import Path
@@ -160,8 +161,30 @@ def preflight_false_alarms(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+WATCHDOG_FALSE_ALARMS = RESULTS / "watchdog_false_alarms"
+
+
+def seed_spread(root: Path) -> str:
+    """Each preset's trained runs per machine (a results file of a class may hold several CPUs): runs, val bpc mean
+    ± sd and range, test mean, and val minus the best static baseline's, from the rows of every
+    watchdog_false_alarms result."""
+    lines = ["| preset | machine (results file) | runs | val bpc: mean ± sd (range) | test bpc | "
+             "val − the best static |", "| --- | --- | --- | --- | --- | --- |"]
+    for path in sorted((root / WATCHDOG_FALSE_ALARMS).glob("*.json")):
+        rows = [row for row in json.loads(path.read_text())["rows"] if "val_bpc" in row]
+        for preset, machine in dict.fromkeys((row["preset"], row["machine"]) for row in rows):
+            mine = [row for row in rows if (row["preset"], row["machine"]) == (preset, machine)]
+            val, test = [row["val_bpc"] for row in mine], [row["test_bpc"] for row in mine]
+            ahead = [row["vs_best_static_bpc"] for row in mine]
+            spread = f" ± {statistics.stdev(val):.3f}" if len(val) > 1 else ""
+            lines.append(f"| {preset} | {machine} (`{path.stem}`) | {len(mine)} | {statistics.mean(val):.3f}{spread} "
+                         f"({min(val):.3f} – {max(val):.3f}) | {statistics.mean(test):.3f} | "
+                         f"{min(ahead):+.3f} … {max(ahead):+.3f} |")
+    return "\n".join(lines) + "\n"
+
+
 TABLES = {"quality": quality, "results-index": results_index, "baselines": baselines, "mixture": mixture,
-          "preflight-false-alarms": preflight_false_alarms}
+          "preflight-false-alarms": preflight_false_alarms, "seed-spread": seed_spread}
 
 
 def documents(root: Path) -> list[Path]:
