@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path("benchmarks/results")
 DOCUMENTS = ("README.md", "docs/*.md")
-TYPED_FIGURES_REFUSED = ("README.md", "docs/benchmarks.md", "docs/preflight.md")
+TYPED_FIGURES_REFUSED = ("README.md", "docs/benchmarks.md", "docs/preflight.md", "docs/evaluation.md")
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 TABLE_FIGURE = re.compile(r"^\|.*\d\.\d{3}", re.M)
 CODE_SPAN = re.compile(r"`[^`\n]*`")  # a value in code (`train.ema_decay` `0.999`) is configuration, not a figure
@@ -105,6 +105,18 @@ def baselines(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def discount_grid(root: Path) -> str:
+    """Kneser-Ney val bits per character by discount (rows) and order (columns), the lowest in bold."""
+    grid = json.loads((root / LADDER).read_text())["discount_grid"]
+    orders = sorted({cell["order"] for cell in grid})
+    best = min(cell["val_bpc"] for cell in grid)
+    lines = ["| D | " + " | ".join(str(order) for order in orders) + " |", "|" + " --- |" * (len(orders) + 1)]
+    for discount in sorted({cell["discount"] for cell in grid}):
+        row = {cell["order"]: cell["val_bpc"] for cell in grid if cell["discount"] == discount}
+        lines.append(f"| {discount} | " + " | ".join(_figure(row[o], bold=row[o] == best) for o in orders) + " |")
+    return "\n".join(lines) + "\n"
+
+
 MIXTURE = RESULTS / "mixture_orders"
 
 
@@ -184,7 +196,7 @@ def seed_spread(root: Path) -> str:
 
 
 TABLES = {"quality": quality, "results-index": results_index, "baselines": baselines, "mixture": mixture,
-          "preflight-false-alarms": preflight_false_alarms, "seed-spread": seed_spread}
+          "preflight-false-alarms": preflight_false_alarms, "seed-spread": seed_spread, "discount-grid": discount_grid}
 
 
 def documents(root: Path) -> list[Path]:
