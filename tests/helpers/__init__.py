@@ -1,5 +1,6 @@
-"""What the tests share: the repository root, the WikiText-shaped fixture, throwaway projects, tiny models and
-the bugs planted on purpose. Test modules import from here, never from each other or from conftest."""
+"""What the tests share: the repository root, throwaway projects, tiny models and fake machines (the WikiText-shaped
+fixture and the bugs planted on purpose, which the benchmarks use too, are in minigpt/testing/). Test modules import
+from here or minigpt/testing/, never from each other or from conftest."""
 
 from pathlib import Path
 
