@@ -33,10 +33,10 @@ from bench_common import (
     ROOT,
     clear_checkpoints,
     compose_project,
-    machine_class,
     machine_label,
     prepare_project,
     refresh_tokens,
+    results_path,
     synthetic_corpus,
     write_result,
 )
@@ -156,7 +156,7 @@ def main() -> None:
                         help="default: benchmarks/results/quality_budget/<machine class>.json (smoke: a scratch "
                              "folder)")
     args = parser.parse_args()
-    args.out = args.out or ROOT / "benchmarks" / "results" / "quality_budget" / f"{machine_class(machine_label())}.json"
+    args.out = args.out or results_path("quality_budget")
     if args.smoke:
         scratch = Path(tempfile.mkdtemp(prefix="minigpt-quality-"))
         args.corpus, args.work, runs = synthetic_corpus(scratch / "corpus"), scratch / "project", SMOKE_RUNS
