@@ -20,6 +20,7 @@ machine).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import tempfile
 import time
@@ -33,6 +34,7 @@ from bench_common import (
     ROOT,
     clear_checkpoints,
     compose_project,
+    machine_kind,
     machine_label,
     prepare_project,
     refresh_tokens,
@@ -152,6 +154,9 @@ def main() -> None:
     parser.add_argument("--run", nargs="+", action="append", metavar=("NAME", "OVERRIDE"),
                         help="an extra run: a name, then Hydra overrides (repeatable); replaces the default runs")
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / ".work", help="scratch project folder")
+    parser.add_argument("--append", action="store_true",
+                        help="keep the runs already in --out (the same machine only), replacing those of the same "
+                             "name; their manifest is kept under 'earlier'")
     parser.add_argument("--out", type=Path,
                         help="default: benchmarks/results/quality_budget/<machine class>.json (smoke: a scratch "
                              "folder)")
@@ -166,20 +171,38 @@ def main() -> None:
     else:
         presets = (TOKENIZER_RUNS, LONG_TOKENIZER_RUNS) if args.tokenizers else (RUNS, LONG_RUNS)
         runs = {r[0]: r[1:] for r in args.run} if args.run else {**presets[0], **(presets[1] if args.long else {})}
+    kept, earlier = earlier_runs(args.out, runs) if args.append else ([], [])
     prepare_project(args.work, args.corpus)
     results = []
     for name, overrides in runs.items():
         print(f"== {name}: {' '.join(overrides)}", flush=True)
         results.append(one_run(name, overrides, args.work, args.corpus))
         print_table(results)
-        write_results(args.out, args.corpus, results)  # after every run: a long series keeps what it finished
+        # after every run: a long series keeps what it finished
+        write_results(args.out, args.corpus, kept + results, earlier)
     print_groups(seed_groups(results))
     print(f"\nwrote {args.out}")
 
 
-def write_results(path: Path, corpus: Path, results: list[dict]) -> None:
+def write_results(path: Path, corpus: Path, results: list[dict], earlier: list[dict] | None = None) -> None:
     write_result(path, {"machine": machine_label(), "corpus": str(corpus), "runs": results,
-                        "seed_groups": seed_groups(results)})
+                        "seed_groups": seed_groups(results), **({"earlier": earlier} if earlier else {})})
+
+
+def earlier_runs(path: Path, runs: dict) -> tuple[list[dict], list[dict]]:
+    """--append: the runs of `path` this invocation does not rerun, and the manifests they came with (its own and
+    those it kept); refused when the file was measured on another machine."""
+    if not path.exists():
+        return [], []
+    data = json.loads(path.read_text())
+    label, theirs = machine_label(), data.get("machine", {})
+    same = ("cpu", "cpu_family_model", "isa", "cores", "torch")
+    if any(label.get(key) != theirs.get(key) for key in same):
+        raise SystemExit(f"{path}: measured on another machine ({machine_kind(theirs)}, "
+                         f"{theirs.get('cpu_family_model')}); --append adds runs of this machine only: "
+                         "give another --out")
+    kept = [r for r in data.get("runs", []) if r["name"] not in runs]
+    return kept, [*data.get("earlier", []), data["manifest"]]
 
 
 def seed_groups(results: list[dict]) -> list[dict]:

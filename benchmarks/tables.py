@@ -82,14 +82,17 @@ def results_index(root: Path) -> str:
     """Every results file with what its manifest says: the machine, the commit, the date and the command."""
     lines = ["| results file | machine | commit | date | command |", "| --- | --- | --- | --- | --- |"]
     for path in sorted((root / RESULTS).glob("*/*.json")):
-        manifest = json.loads(path.read_text())["manifest"]
-        machine = manifest["machine"]
-        name = " ".join(str(part) for part in (machine.get("cpu") or machine.get("device") or "?",
-                                                 machine.get("cpu_family_model")) if part)
-        commit = f"`{manifest['commit'][:10]}`" + (" (backfilled)" if manifest.get("backfilled") else "")
-        command = manifest["command"].replace("|", "\\|")
-        lines.append(f"| `{(RESULTS / path.parent.name / path.name).as_posix()}` | {name} | {commit} | "
-                     f"{manifest['date'][:10]} | `{command}` |")
+        data = json.loads(path.read_text())
+        # a file grown by appending (quality_budget --append): its earlier invocations first, each on its own row
+        for n, manifest in enumerate([*data.get("earlier", []), data["manifest"]]):
+            machine = manifest["machine"]
+            name = " ".join(str(part) for part in (machine.get("cpu") or machine.get("device") or "?",
+                                                     machine.get("cpu_family_model")) if part)
+            commit = (f"`{manifest['commit'][:10]}`" + (" (backfilled)" if manifest.get("backfilled") else "")
+                      + (" + changes" if manifest["commit"].endswith("-dirty") else ""))
+            command = manifest["command"].replace("|", "\\|")
+            where = f"`{(RESULTS / path.parent.name / path.name).as_posix()}`" if n == 0 else "(appended)"
+            lines.append(f"| {where} | {name} | {commit} | {manifest['date'][:10]} | `{command}` |")
     return "\n".join(lines) + "\n"
 
 

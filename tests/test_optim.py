@@ -151,3 +151,27 @@ def test_the_training_step_orthogonalises_in_its_own_precision():
         assert optimizer.muon.precision == precision
     with pytest.raises(ValueError, match="match_rms_adamw"):
         Muon([torch.nn.Parameter(torch.ones(2, 2))], lr=0.1)
+
+
+def test_a_profiled_training_step_names_its_phases_with_the_orthogonalisation_inside_the_optimizer():
+    from minigpt.train.train_step import PHASES
+
+    model = MiniGPT(small_config(40))
+    optimizer = make_optimizer(model, "muon", 1e-3, 0.1)
+    inputs = torch.randint(0, 40, (2, 8))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        training_step(model, optimizer, inputs, inputs, 1e-3, "fp32", 1.0)
+    spans = {e.name: e.time_range for e in prof.events() if e.name in PHASES.values()}
+    assert set(spans) == set(PHASES.values())
+    order = [spans[PHASES[p]].start for p in ("forward", "backward", "clip", "optimizer")]
+    assert order == sorted(order)
+    outer, inner = spans[PHASES["optimizer"]], spans[PHASES["newton_schulz"]]
+    assert outer.start <= inner.start and inner.end <= outer.end
+    # a step skipped for a non-finite loss never enters the optimizer's range
+    with torch.no_grad():
+        model.head.weight.fill_(float("nan"))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        result = training_step(model, optimizer, inputs, inputs, 1e-3, "fp32", 1.0)
+    names = {e.name for e in prof.events()}
+    assert not result.stepped
+    assert PHASES["forward"] in names and PHASES["optimizer"] not in names

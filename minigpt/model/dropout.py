@@ -1,8 +1,7 @@
 """Dropout whose mask is cheap to draw on a CPU.
 
-torch's CPU dropout draws one random number per element from the Mersenne Twister: on a 2-core AMD EPYC it took
-~1.5 ms for the 131k elements of one small-shape activation, against ~0.02 ms for multiplying them, and the small
-budget shape's forward pass nearly doubled with dropout 0.1 (benchmarks/dropout_cost.py). Here a
+torch's CPU dropout draws one random number per element from the Mersenne Twister, which costs far more than
+applying the mask (docs/decisions.md, "minigpt's own dropout masks on a CPU"). Here a
 CPU mask comes from 64-bit draws cut into four 16-bit integers (a quarter of the generator calls): an element is
 dropped when its integer falls below round(p * 65536), so with probability p to within 2^-17, and the kept ones are
 scaled by 1 / (1 - that probability), which keeps every activation's expectation exactly. Other devices use

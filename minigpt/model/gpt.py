@@ -56,10 +56,8 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_
 
 def in_fp32(attention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args) -> torch.Tensor:
     """attention(q, k, v, *args) computed in fp32 when q, k, v are in a lower precision (a bf16 step), its output
-    back in theirs (model.attention_precision=fp32). On a 2-core Intel Xeon with AMX, the fused kernel's bf16
-    backward took 10x its fp32 time and the small budget shape's bf16 step ran 1.37x faster with attention in fp32
-    (a model that drops its attention weights never takes the fused kernel and gains nothing;
-    benchmarks/attention_precision.py)."""
+    back in theirs (model.attention_precision=fp32): on CPUs the fused kernel's bf16 backward is far slower than its
+    fp32 one (docs/decisions.md, "Attention in fp32 inside bf16 steps of the small shape")."""
     if q.dtype == torch.float32:
         return attention(q, k, v, *args)
     with torch.autocast(q.device.type, enabled=False):  # autocast would cast the fp32 inputs back down

@@ -1,27 +1,25 @@
 """Muon with its Newton-Schulz orthogonalisation in the step's precision.
 
 torch.optim.Muon always orthogonalises in bf16: fast on GPUs and on CPUs with bf16 matrix instructions (AMX,
-AVX512_BF16), slow on a CPU without them, where torch emulates bf16. On a 2-core AMD EPYC with AVX2 only, a
-1024x1024 bf16 matmul ran at 0.9 GFLOP/s against fp32's 122, orthogonalising one 128x512 update took 107 ms in
-bf16 against 6.9 ms in fp32, and the budget shapes' fp32 training step ran 1.14x (small) and 1.16x (production)
-faster with the orthogonalisation in fp32 (benchmarks/muon_precision.py). So a run that trains in fp32 (the
-precision preflight picks where bf16 is the slower, or an explicit `train.precision=fp32`) orthogonalises in fp32
-too, and a bf16 run exactly as torch does (op for op the same: bitwise the same update, tested).
+AVX512_BF16), slow on a CPU without them, where torch emulates bf16. So a run that trains in fp32 (the precision
+`make machine` picks where bf16 is the slower, or an explicit `train.precision=fp32`) orthogonalises in fp32 too,
+and a bf16 run exactly as torch does (op for op the same: bitwise the same update, tested).
 
 In fp32 the matrices of one shape (the same layer of every block) are orthogonalised together, as one batch of
-matrix products, instead of one matrix at a time: the small budget shape's matrices are 128-wide, where a matrix
-product is too small to keep two cores busy and each of the iteration's calls costs about as much as its
-arithmetic. On a 2-core Intel Xeon without AMX both fp32 budget steps ran 1.07x faster so (medians of 5
-interleaved rounds, benchmarks/muon_precision.py). Each matrix's result is its own iteration's, up to fp32
-rounding (tested)."""
+matrix products, instead of one matrix at a time: a 128-wide product is too small to keep two cores busy, and each
+call costs about as much as its arithmetic. Each matrix's result is its own iteration's, up to fp32 rounding
+(tested). The measurements: docs/decisions.md, "Muon's orthogonalisation in the step's precision, batched by shape
+in fp32"."""
 
 from __future__ import annotations
 
 import math
 
 import torch
+from torch.profiler import record_function
 
 BF16 = "bf16"
+PHASE_NEWTON_SCHULZ = "minigpt.step.newton_schulz"  # the torch.profiler range of a step's orthogonalisation
 
 
 def newton_schulz(update: torch.Tensor, coefficients: tuple[float, float, float], steps: int, eps: float,
@@ -98,8 +96,9 @@ class Muon(torch.optim.Muon):
                 buffer.lerp_(grad, 1 - momentum)
                 params.append(param)
                 updates.append(grad.lerp(buffer, momentum) if group["nesterov"] else buffer)
-            updates = orthogonalised(updates, group["ns_coefficients"], group["ns_steps"], group["eps"], dtype,
-                                     self.by_shape)
+            with record_function(PHASE_NEWTON_SCHULZ):
+                updates = orthogonalised(updates, group["ns_coefficients"], group["ns_steps"], group["eps"], dtype,
+                                         self.by_shape)
             for param, update in zip(params, updates):
                 param.mul_(1 - lr * group["weight_decay"])  # decoupled weight decay
                 # the update's RMS matched to AdamW's, with torch's rounding: lr * (0.2 * sqrt(max(rows, cols)))

@@ -8,9 +8,8 @@ step here (in the precision train.precision auto picks), and the rule below pick
     the largest shape (by parameters) that sees at least min_tokens_per_parameter tokens per parameter
     in train.max_seconds at the measured tokens/s; if none does, the smallest.
 
-Calibrated on wt2-mini (docs/data-and-config.md, "Budget shapes"): the production shape beat the small one in 15 minutes
-at 3.1 tokens per parameter (an AMD EPYC with fast bf16) and lost to it at 1.6 (one whose bf16 is slow); at 72 s it
-lost at 0.27.
+Its threshold (budget.min_tokens_per_parameter) and the runs that set it: docs/decisions.md, "Budget shapes picked
+per machine".
 """
 
 from __future__ import annotations

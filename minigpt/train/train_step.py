@@ -18,9 +18,16 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
+from torch.profiler import record_function
 
 from minigpt.model import batch_loss
 from minigpt.train import distill, optim
+from minigpt.train.muon import PHASE_NEWTON_SCHULZ
+
+# the step's phases as torch.profiler ranges (each costs a few microseconds when no profiler runs): what
+# benchmarks/profile_step.py splits a step into; Muon's orthogonalisation is a range inside "optimizer"
+PHASES = {"forward": "minigpt.step.forward", "backward": "minigpt.step.backward", "clip": "minigpt.step.clip",
+          "optimizer": "minigpt.step.optimizer", "newton_schulz": PHASE_NEWTON_SCHULZ}
 
 
 def cosine_with_warmup(step: int, warmup_steps: int, total_steps: int, max_lr: float, min_lr: float | None = None,
@@ -76,19 +83,23 @@ def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: to
     """
     for group in optimizer.param_groups:
         group["lr"] = lr
-    if soft is None or distill_alpha == 0:
-        loss = objective = batch_loss.calc_loss_batch(model, inputs, targets, precision)
-    else:
-        objective, loss = distill.distilled_loss(model, inputs, targets, soft, distill_alpha, precision)
+    with record_function(PHASES["forward"]):
+        if soft is None or distill_alpha == 0:
+            loss = objective = batch_loss.calc_loss_batch(model, inputs, targets, precision)
+        else:
+            objective, loss = distill.distilled_loss(model, inputs, targets, soft, distill_alpha, precision)
     optimizer.zero_grad(set_to_none=True)
-    objective.backward()
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(list(model.parameters()) if clip_params is None else clip_params,
-                                                     grad_clip))
+    with record_function(PHASES["backward"]):
+        objective.backward()
+    with record_function(PHASES["clip"]):
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(
+            list(model.parameters()) if clip_params is None else clip_params, grad_clip))
     loss_value = float(loss.detach())
     finite = math.isfinite(loss_value) and math.isfinite(float(objective.detach())) and math.isfinite(grad_norm)
     if finite:
         optim.orthogonalise_in(optimizer, precision)
-        optimizer.step()
+        with record_function(PHASES["optimizer"]):
+            optimizer.step()
     return StepResult(loss_value, grad_norm, optimizer.param_groups[0]["lr"], finite)
 
 
