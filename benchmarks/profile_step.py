@@ -41,7 +41,7 @@ from bench_common import (
 )
 from minigpt.data.soft_target_files import SoftTargets
 from minigpt.model.dropout import Dropout
-from minigpt.model.gpt import MiniGPT, MiniGPTConfig
+from minigpt.model.gpt import MiniGPT, MiniGPTConfig, mlp_hidden_width
 from minigpt.train import distill, train_step
 from minigpt.train.optim import build_param_groups
 
@@ -76,7 +76,7 @@ PEAK_SHAPES = ((4096, 256, 1024), (4096, 1024, 256), (2048, 2048, 2048))
 SMOKE_PEAK_SHAPES = ((512, 256, 512),)
 
 
-def bf16_peak(rounds: int = 10, shapes=PEAK_SHAPES, dtype=torch.bfloat16) -> float:
+def matmul_peak(rounds: int = 10, shapes=PEAK_SHAPES, dtype=torch.bfloat16) -> float:
     """matmul FLOP/s in `dtype` at the given (m, k, n) products (the best of them)."""
     best = 0.0
     for m, k, n in shapes:
@@ -190,10 +190,13 @@ class BudgetStep:
         self.run_step(inputs, targets, self.number, soft=soft)
 
 
-def shape_products(config: MiniGPTConfig, batch: int) -> tuple[tuple[int, int, int], ...]:
-    """The (m, k, n) of the forward's largest matrix products: the attention projections and the MLP."""
-    rows, width = batch * config.block_size, config.embedding_dim
-    return ((rows, width, 3 * width), (rows, width, 4 * width), (rows, 4 * width, width))
+def shape_products(params) -> tuple[tuple[int, int, int], ...]:
+    """The (m, k, n) of the forward's matrix products per block: qkv, the attention's output projection, the MLP's
+    input (gate and up side by side when gated) and output projections."""
+    rows, width = params.train.batch_size * params.model.block_size, params.model.embedding_dim
+    hidden = mlp_hidden_width(params.model)
+    gated = 2 if params.model.mlp == "swiglu" else 1
+    return ((rows, width, 3 * width), (rows, width, width), (rows, width, gated * hidden), (rows, hidden, width))
 
 
 def budget_profile(shape: str, smoke: bool, rounds: int) -> dict:
@@ -210,15 +213,15 @@ def budget_profile(shape: str, smoke: bool, rounds: int) -> dict:
         times.append(time.perf_counter() - start)
     seconds = statistics.median(times)
     step_ms, phases = seconds * 1e3, dict(prof["phase_ms"])
-    # under the profiler: the step's wall time less its ranges (newton_schulz is inside optimizer)
+    # under the profiler: the step's wall time less its outermost ranges
     phases["the rest (Python, zero_grad, the LR)"] = round(
-        prof["wall_ms"] - sum(v for k, v in phases.items() if k != "newton_schulz"), 2)
+        prof["wall_ms"] - sum(v for k, v in phases.items() if k not in train_step.NESTED_PHASES), 2)
     tokens_per_s = setup.tokens / seconds
     rate = tokens_per_s * flops_per_token(setup.config, setup.model.num_parameters())
     peak_rounds = 2 if smoke else 10
-    own = bf16_peak(peak_rounds, shape_products(setup.config, params.train.batch_size), torch.float32)
+    own = matmul_peak(peak_rounds, shape_products(params), torch.float32)
     large_shape = SMOKE_PEAK_SHAPES[0] if smoke else (2048, 2048, 2048)
-    large = bf16_peak(peak_rounds, (large_shape,), torch.float32)
+    large = matmul_peak(peak_rounds, (large_shape,), torch.float32)
     large_name = "x".join(map(str, large_shape))
     return {"shape": shape, "model": params.model.model_dump(), "optimizer": params.train.optimizer,
             "batch": [params.train.batch_size, setup.config.block_size], "distill_alpha": params.train.distill_alpha,
@@ -240,7 +243,7 @@ def main() -> None:
         return main_budget(args)
     preset, batch, rounds = ("debug", 8, 1) if args.smoke else ("production", 32, args.rounds)
     config = model_preset(preset, 119)
-    peak = bf16_peak(2, SMOKE_PEAK_SHAPES) if args.smoke else bf16_peak(10)
+    peak = matmul_peak(2, SMOKE_PEAK_SHAPES) if args.smoke else matmul_peak(10)
     label = machine_label()
     print(f"{machine_kind(label)}: bf16 matmul peak {peak / 1e9:,.0f} GFLOP/s", flush=True)
 

@@ -171,7 +171,7 @@ def main() -> None:
     else:
         presets = (TOKENIZER_RUNS, LONG_TOKENIZER_RUNS) if args.tokenizers else (RUNS, LONG_RUNS)
         runs = {r[0]: r[1:] for r in args.run} if args.run else {**presets[0], **(presets[1] if args.long else {})}
-    kept, earlier = earlier_runs(args.out, runs) if args.append else ([], [])
+    kept, earlier = earlier_runs(args.out, runs, args.corpus) if args.append else ([], [])
     prepare_project(args.work, args.corpus)
     results = []
     for name, overrides in runs.items():
@@ -189,9 +189,9 @@ def write_results(path: Path, corpus: Path, results: list[dict], earlier: list[d
                         "seed_groups": seed_groups(results), **({"earlier": earlier} if earlier else {})})
 
 
-def earlier_runs(path: Path, runs: dict) -> tuple[list[dict], list[dict]]:
+def earlier_runs(path: Path, runs: dict, corpus: Path) -> tuple[list[dict], list[dict]]:
     """--append: the runs of `path` this invocation does not rerun, and the manifests they came with (its own and
-    those it kept); refused when the file was measured on another machine."""
+    those it kept); refused when the file was measured on another machine or another corpus."""
     if not path.exists():
         return [], []
     data = json.loads(path.read_text())
@@ -201,8 +201,11 @@ def earlier_runs(path: Path, runs: dict) -> tuple[list[dict], list[dict]]:
         raise SystemExit(f"{path}: measured on another machine ({machine_kind(theirs)}, "
                          f"{theirs.get('cpu_family_model')}); --append adds runs of this machine only: "
                          "give another --out")
+    if Path(data.get("corpus", "")).resolve() != corpus.resolve():
+        raise SystemExit(f"{path}: measured on the corpus {data.get('corpus')}, not {corpus}; --append adds runs of "
+                         "the same corpus only: give another --out")
     kept = [r for r in data.get("runs", []) if r["name"] not in runs]
-    return kept, [*data.get("earlier", []), data["manifest"]]
+    return kept, [*data.get("earlier", []), data["manifest"]] if kept else []
 
 
 def seed_groups(results: list[dict]) -> list[dict]:

@@ -90,7 +90,7 @@ def results_index(root: Path) -> str:
                                                      machine.get("cpu_family_model")) if part)
             commit = (f"`{manifest['commit'][:10]}`" + (" (backfilled)" if manifest.get("backfilled") else "")
                       + (" + changes" if manifest["commit"].endswith("-dirty") else ""))
-            command = manifest["command"].replace("|", "\\|")
+            command = manifest["command"].replace("|", "\\|").replace("`", "'")  # a backtick would end the code span
             where = f"`{(RESULTS / path.parent.name / path.name).as_posix()}`" if n == 0 else "(appended)"
             lines.append(f"| {where} | {name} | {commit} | {manifest['date'][:10]} | `{command}` |")
     return "\n".join(lines) + "\n"

@@ -28,6 +28,7 @@ from minigpt.train.muon import PHASE_NEWTON_SCHULZ
 # benchmarks/profile_step.py splits a step into; Muon's orthogonalisation is a range inside "optimizer"
 PHASES = {"forward": "minigpt.step.forward", "backward": "minigpt.step.backward", "clip": "minigpt.step.clip",
           "optimizer": "minigpt.step.optimizer", "newton_schulz": PHASE_NEWTON_SCHULZ}
+NESTED_PHASES = {"newton_schulz": "optimizer"}  # a phase inside another -> the phase that holds it
 
 
 def cosine_with_warmup(step: int, warmup_steps: int, total_steps: int, max_lr: float, min_lr: float | None = None,
