@@ -41,7 +41,7 @@ from bench_common import (
 )
 from minigpt.data.soft_target_files import SoftTargets
 from minigpt.model.dropout import Dropout
-from minigpt.model.gpt import MiniGPT, MiniGPTConfig, mlp_hidden_width
+from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 from minigpt.train import distill, train_step
 from minigpt.train.optim import build_param_groups
 
@@ -190,13 +190,11 @@ class BudgetStep:
         self.run_step(inputs, targets, self.number, soft=soft)
 
 
-def shape_products(params) -> tuple[tuple[int, int, int], ...]:
-    """The (m, k, n) of the forward's matrix products per block: qkv, the attention's output projection, the MLP's
-    input (gate and up side by side when gated) and output projections."""
-    rows, width = params.train.batch_size * params.model.block_size, params.model.embedding_dim
-    hidden = mlp_hidden_width(params.model)
-    gated = 2 if params.model.mlp == "swiglu" else 1
-    return ((rows, width, 3 * width), (rows, width, width), (rows, width, gated * hidden), (rows, hidden, width))
+def shape_products(model: MiniGPT, rows: int) -> tuple[tuple[int, int, int], ...]:
+    """The (m, k, n) of a block's matrix products over `rows` positions, read from its linear layers (qkv, the
+    attention's output projection, the MLP's input and output projections)."""
+    return tuple((rows, layer.in_features, layer.out_features)
+                 for layer in model.blocks[0].modules() if isinstance(layer, torch.nn.Linear))
 
 
 def budget_profile(shape: str, smoke: bool, rounds: int) -> dict:
@@ -219,7 +217,7 @@ def budget_profile(shape: str, smoke: bool, rounds: int) -> dict:
     tokens_per_s = setup.tokens / seconds
     rate = tokens_per_s * flops_per_token(setup.config, setup.model.num_parameters())
     peak_rounds = 2 if smoke else 10
-    own = matmul_peak(peak_rounds, shape_products(params), torch.float32)
+    own = matmul_peak(peak_rounds, shape_products(setup.model, setup.tokens), torch.float32)
     large_shape = SMOKE_PEAK_SHAPES[0] if smoke else (2048, 2048, 2048)
     large = matmul_peak(peak_rounds, (large_shape,), torch.float32)
     large_name = "x".join(map(str, large_shape))
