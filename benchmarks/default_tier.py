@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="one test file each (the code path, not a figure)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="minigpt-test-tier-"))
+    scratch = Path(tempfile.mkdtemp(prefix="minigpt-default-tier-"))
     tiers = {}
     for role, revision in (("baseline", args.baseline), ("revision", args.revision)):
         commit = clone(revision, scratch / role)
