@@ -44,6 +44,15 @@ def test_time_budget_presets_compose_to_clock_limited_runs(tmp_path, preset, sec
     assert tokens / 100_000 > 10 * seconds, "even at 100k tokens/s (3x this CPU's fastest) the clock must end the run"
 
 
+@pytest.mark.parametrize("overrides,steps", [([], 40), (["experiment=budget-15m"], 40), (["experiment=budget-72s"], 20),
+                                             (["experiment=budget-72s", "tokenizer=bpe"], 200)])
+def test_the_72_second_preset_shortens_the_rehearsal_unless_bpe_needs_it_long(tmp_path, overrides, steps):
+    out = tmp_path / "params.yaml"
+    compose_params(out, REPO_ROOT / "conf", overrides)
+    params = load_params(out)
+    assert params.preflight.rehearsal_steps == steps and params.preflight.rehearsal_warmup_max == 20
+
+
 def test_committed_params_validate():
     params = load_params(REPO_ROOT / "params.yaml")
     assert params.data.source == "wikitext2" and params.data.path is None

@@ -11,6 +11,7 @@ from helpers import REPO_ROOT
 from helpers.machines import AVX2_ONLY, WITH_BF16
 from helpers.pipeline_fixture import recompose
 from helpers.tiny_models import small_config
+from minigpt.core.choice_text import how_chosen
 from minigpt.core.errors import ConfigError
 from minigpt.core.machine import CpuInfo, bf16_emulated, cpu_info
 from minigpt.model import precision
@@ -126,7 +127,7 @@ def test_on_a_cpu_without_bf16_instructions_auto_is_fp32_without_any_timing(monk
     force(monkeypatch, 2.0, 1.0, calls)  # bf16 "faster" if anything were timed
     chosen = precision.without_timing("auto", torch.device("cpu"))
     assert chosen["choice"] == "fp32" and "no bf16 instructions" in chosen["reason"]
-    assert precision.how_chosen(chosen).startswith("auto: this CPU has no bf16 instructions")
+    assert how_chosen(chosen).startswith("auto: this CPU has no bf16 instructions")
     model = MiniGPT(small_config()).eval()
     assert precision.choose_evaluation_precision(model, "auto", 4, torch.device("cpu"))["choice"] == "fp32"
     assert calls == []

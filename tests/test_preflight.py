@@ -80,15 +80,14 @@ def test_every_check_has_a_family_and_a_readable_evidence_formatter():
     assert set(FORMATTERS) == {c.name for c in CHECKS}
 
 
-def test_report_compares_dropout_in_the_overfit_check(project):
+def test_the_overfit_check_stops_once_the_batch_is_memorised(project):
     root, source = project
     report = run_preflight(recompose(root, source, []), root)
     overfit = next(c for c in report["checks"] if c["name"] == "single_batch_overfit")["measured"]
-    plain, dropped = overfit["dropout_0.0"], overfit["dropout_0.2"]
+    plain = overfit["dropout_0.0"]
     assert plain["steps_to_threshold"] is not None
     assert plain["final_loss"] < 0.1 and plain["steps_run"] < overfit["steps"], "it stops once the batch is memorised"
-    # dropout makes memorising one batch slower
-    assert dropped["steps_to_threshold"] is None or dropped["steps_to_threshold"] > plain["steps_to_threshold"]
+    assert "dropout_0.2" not in overfit, "one run: a comparison that decides nothing is not paid for"
 
 
 def test_unshifted_targets_fail_batch_shift(project, monkeypatch):

@@ -4,6 +4,7 @@ does with them (no request leaves the machine, no console error, the curves are 
 import json
 import math
 import re
+import shutil
 import subprocess
 import sys
 from html import escape
@@ -83,6 +84,18 @@ def test_the_report_stage_writes_the_decision_metrics_alone_and_the_page(finishe
         "no JSON cut mid-value"
     for heading in ("Decision metrics", "Preflight", "Training", "Evaluation", "Samples", "Config and fingerprints"):
         assert f"<h2>{heading}</h2>" in html
+
+
+def test_the_report_stage_runs_without_importing_torch(finished_run, tmp_path):
+    """report only reads records: torch's import (seconds on a small CPU) is not part of its cost."""
+    root = shutil.copytree(finished_run, tmp_path / "project", symlinks=True)
+    stage = REPO_ROOT / "stages" / "report.py"
+    probe = ("import runpy, sys\nsys.argv = [sys.argv[1]]\ncode = 0\ntry:\n"
+             "    runpy.run_path(sys.argv[0], run_name='__main__')\nexcept SystemExit as stop:\n    code = stop.code\n"
+             "print(code, 'torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", probe, str(stage)], cwd=root, capture_output=True, text=True)
+    assert result.stdout.split()[-2:] == ["0", "False"], result.stdout + result.stderr
+    assert (root / "reports/metrics.json").read_text() == (finished_run / "reports/metrics.json").read_text()
 
 
 def test_a_refused_run_gets_a_page_that_names_the_failing_check(project):

@@ -7,15 +7,17 @@ threads, recomputed when the training loop asks (`rebalance`), so a process that
 when a second one starts, and takes them again when it ends.
 
 Overrides: MINIGPT_THREADS=N fixes this process's threads; OMP_NUM_THREADS (when set) is respected as is.
+
+torch is not imported here: a stage that computes imports it with its own modules before its run starts, and one
+that never does (report) does not pay torch's import (about 2 s) for a thread count it would not use.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
-
-import torch
 
 from minigpt.core.errors import ConfigError
 from minigpt.core.processes import process_is, process_start
@@ -54,6 +56,11 @@ def live_workers(folder: Path) -> int:
     return max(1, count)
 
 
+def _torch():
+    """torch when this process has imported it, else None (then there are no torch threads to set)."""
+    return sys.modules.get("torch")
+
+
 def _fixed_threads(value: str | None) -> int | None:
     if value is None or value == "":
         return None
@@ -71,7 +78,7 @@ class ThreadShare:
         self.entry = self.folder / f"{os.getpid()}.pid"
         self.fixed = _fixed_threads(os.environ.get(THREADS_ENV))
         self.respect_omp = THREADS_ENV not in os.environ and "OMP_NUM_THREADS" in os.environ
-        self.threads = torch.get_num_threads()
+        self.threads: int | None = None  # torch's thread count, once torch is imported
 
     def __enter__(self) -> "ThreadShare":
         global _active
@@ -95,6 +102,11 @@ class ThreadShare:
         return max(1, available_cores() // live_workers(self.folder))
 
     def apply(self) -> int:
+        torch = _torch()
+        if torch is None:
+            return self.share()
+        if self.threads is None:
+            self.threads = torch.get_num_threads()
         if self.respect_omp:
             return self.threads
         wanted = self.share()
@@ -106,4 +118,8 @@ class ThreadShare:
 
 def rebalance() -> int:
     """Recompute this process's share (the training loop calls it between steps); the thread count in use."""
-    return _active.apply() if _active is not None else torch.get_num_threads()
+    if _active is not None:
+        return _active.apply()
+    import torch  # the training loop's caller has it loaded already
+
+    return torch.get_num_threads()

@@ -195,7 +195,7 @@ def check_lr_schedule(ctx: Context) -> dict:
         after = np.unique(np.linspace(max(train.warmup_steps, 1), train.max_steps, STEPS_ON_THE_CLOCK).astype(int))
         for step in after:
             by_time = np.array([train_step.scheduled_lr(train, int(step), float(f)) for f in fractions])
-            spec = np.array([schedule_spec.specified_lr(train, int(step), float(f)) for f in fractions])
+            spec = schedule_spec.specified_lrs(train, np.full(fractions.shape, step), fractions)
             if np.any(np.abs(by_time - spec) > LR_RTOL * peak):
                 problems.append(f"on the clock at step {int(step)}: differs from its specification "
                                 "(minigpt/train/schedule_spec.py)")

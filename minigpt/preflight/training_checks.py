@@ -162,10 +162,11 @@ def check_rehearsal_learns(ctx: Context) -> dict:
     return measured
 
 
-def overfit_run(ctx: Context, dropout: float) -> dict:
-    """single_batch_overfit's model is preflight.overfit_model (the guide's debug model), whatever the run's."""
+def overfit_run(ctx: Context) -> dict:
+    """single_batch_overfit's model is preflight.overfit_model (the guide's debug model), whatever the run's,
+    without dropout (memorising is the point)."""
     train, pre = ctx.params.train, ctx.params.preflight
-    config = MiniGPTConfig.from_params(pre.overfit_model.model_copy(update={"dropout": dropout}),
+    config = MiniGPTConfig.from_params(pre.overfit_model.model_copy(update={"dropout": 0.0}),
                                        ctx.model_config.vocab_size)
     ctx.seed_all(6)
     model = ctx.model_factory(config).to(ctx.device)
@@ -190,7 +191,7 @@ def overfit_run(ctx: Context, dropout: float) -> dict:
     if final is None or final >= pre.overfit_threshold:
         final = batch_loss.evaluate_model(model, [(inputs, targets)], train.precision)
     reached = next((i for i, v in enumerate(losses) if v < pre.overfit_threshold), None)
-    return {"dropout": dropout, "final_loss": final, "steps_to_threshold": reached,
+    return {"final_loss": final, "steps_to_threshold": reached,
             "steps_run": len(losses),
             "loss_at": {str(i): round(losses[i], 4) for i in range(0, len(losses), max(1, len(losses) // 5))},
             "failure": failure}
@@ -198,13 +199,11 @@ def overfit_run(ctx: Context, dropout: float) -> dict:
 
 def check_single_batch_overfit(ctx: Context) -> dict:
     pre = ctx.params.preflight
-    main = overfit_run(ctx, 0.0)
-    with_dropout = overfit_run(ctx, 0.2)
+    main = overfit_run(ctx)
     ctx.summary["single_batch_final_loss"] = main["final_loss"]
     measured = {"model": pre.overfit_model.model_dump(),
                 "batch": [pre.overfit_batch_size, pre.overfit_model.block_size], "steps": pre.overfit_steps,
-                "lr": pre.overfit_lr, "precision": ctx.params.train.precision, "dropout_0.0": main,
-                "dropout_0.2": with_dropout}
+                "lr": pre.overfit_lr, "precision": ctx.params.train.precision, "dropout_0.0": main}
     if main["failure"]:
         raise CheckFailed(main["failure"], measured)
     if not main["final_loss"] < pre.overfit_threshold:

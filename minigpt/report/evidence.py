@@ -186,11 +186,10 @@ def _rehearsal_learns(m: dict) -> Lines:
 
 
 def _overfit(m: dict) -> Lines:
-    main, dropout = m.get("dropout_0.0") or {}, m.get("dropout_0.2") or {}
+    main = m.get("dropout_0.0") or {}
     return [("one batch", f"{m.get('batch')} for {_num(m.get('steps'))} steps at lr {_num(m.get('lr'))}: final loss "
                           f"{_num(main.get('final_loss'))} nats (below the threshold at step "
-                          f"{_num(main.get('steps_to_threshold'))})"),
-            ("with dropout 0.2", f"final loss {_num(dropout.get('final_loss'))} nats")]
+                          f"{_num(main.get('steps_to_threshold'))})")]
 
 
 def _unused_or(lines: Callable[[dict], Lines]) -> Callable[[dict], Lines]:

@@ -7,7 +7,7 @@ import json
 from html import escape
 
 from minigpt.core.charts import Series, line_chart
-from minigpt.model.precision import how_chosen
+from minigpt.core.choice_text import how_chosen
 from minigpt.preflight.checks import describe_time
 from minigpt.report.custody_view import custody_section
 from minigpt.report.decision import DECISION_METRICS, decision_metrics

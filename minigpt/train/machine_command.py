@@ -25,10 +25,11 @@ from pathlib import Path
 
 import yaml
 
+from minigpt.core.choice_text import how_chosen, number_text
 from minigpt.core.config import Params, params_from_dict
 from minigpt.core.io_utils import atomic_path, canonical_json_digest
 from minigpt.model.devices import select_device
-from minigpt.model.precision import how_chosen, number_text, without_timing
+from minigpt.model.precision import without_timing
 from minigpt.train.machine_choice import MACHINE_COMMAND, current_label, timed_config, timed_digest, timing_vocab
 from minigpt.train.precision_choice import measure_training
 from minigpt.train.shape_choice import ShapeTiming, describe, pick_shape, tokens_per_parameter

@@ -12,7 +12,6 @@ import json
 import os
 from pathlib import Path
 
-from minigpt.core.charts import Series, save_png
 from minigpt.core.io_utils import atomic_write_text
 from minigpt.core.paths import CURVES_PNG, TRAIN_PLOT_CSV, VAL_PLOT_CSV
 
@@ -88,6 +87,8 @@ def write_curves(history: list[dict], root: Path, png: bool = True) -> None:
                       "\n".join(["step,val_loss"] + [f"{r['step']},{r['val_loss']}" for r in val]) + "\n")
     if not png:
         return
+    from minigpt.core.charts import Series, save_png  # matplotlib: imported only where a PNG is drawn
+
     steps = [r["step"] for r in history]
     save_png(root / CURVES_PNG, [
         ("loss", [Series("train", list(zip(steps, (r["train_loss"] for r in history)))),

@@ -12,8 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 
-def specified_lrs(train_cfg, steps, clock_fraction: float = 0.0) -> np.ndarray:
-    """The specified LR at each of `steps` (1-based), with `clock_fraction` of the time budget spent."""
+def specified_lrs(train_cfg, steps, clock_fraction: float | np.ndarray = 0.0) -> np.ndarray:
+    """The specified LR at each of `steps` (1-based), with `clock_fraction` of the time budget spent (one for all
+    steps, or one per step)."""
     steps = np.asarray(steps, dtype=np.float64)
     peak = float(train_cfg.lr)
     floor = peak / 10 if train_cfg.min_lr is None else float(train_cfg.min_lr)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from minigpt.model.precision import number_text
+from minigpt.core.choice_text import number_text
 
 
 @dataclass(frozen=True)
