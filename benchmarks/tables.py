@@ -197,8 +197,37 @@ def seed_spread(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+EXP_RUN_TIME = RESULTS / "exp_run_time"
+TIMED_STAGES = ("preflight", "train", "evaluate", "generate", "report")
+
+
+def exp_run_time(root: Path) -> str:
+    """Per machine and run of exp_run_time: `dvc exp run` to metrics, the data stages' and each later stage's wall
+    clock (what its process reported), what is left for DVC and the processes' start-up; the one-time machine
+    command."""
+    lines = [f"| machine (results file), preset | run | to metrics | data stages | {' | '.join(TIMED_STAGES)} | "
+             "DVC and start-ups | machine command |", "|" + " --- |" * (6 + len(TIMED_STAGES))]
+    for path in sorted((root / EXP_RUN_TIME).glob("*.json")):
+        data = json.loads(path.read_text())
+        machine = " ".join(str(data["machine"].get(key) or "") for key in ("cpu", "cpu_family_model")).strip()
+        for n, (run, timing) in enumerate(data["runs"].items()):
+            stages = timing["stages"]
+            cells = [f"{stages[s]['wall_s']:.1f} s ({stages[s]['in_process_s']:.1f})" if s in stages else "–"
+                     for s in TIMED_STAGES]
+            data_stages = [stage for name, stage in stages.items() if name not in TIMED_STAGES]
+            data_cell = (f"{sum(st['wall_s'] for st in data_stages):.1f} s "
+                         f"({sum(st['in_process_s'] or 0.0 for st in data_stages):.1f})") if data_stages else "cached"
+            reported = sum(stage["in_process_s"] or 0.0 for stage in stages.values())
+            where = f"{machine} (`{path.stem}`), {data['preset']}" if n == 0 else ""
+            once = f"{data['machine_command_s']:.1f} s" if n == 0 else ""
+            lines.append(f"| {where} | {run} | **{timing['total_s']:.1f} s** | {data_cell} | {' | '.join(cells)} | "
+                         f"{timing['total_s'] - reported:.1f} s | {once} |")
+    return "\n".join(lines) + "\n"
+
+
 TABLES = {"quality": quality, "results-index": results_index, "baselines": baselines, "mixture": mixture,
-          "preflight-false-alarms": preflight_false_alarms, "seed-spread": seed_spread, "discount-grid": discount_grid}
+          "preflight-false-alarms": preflight_false_alarms, "seed-spread": seed_spread, "discount-grid": discount_grid,
+          "exp-run-time": exp_run_time}
 
 
 def documents(root: Path) -> list[Path]:
