@@ -44,13 +44,14 @@ def test_time_budget_presets_compose_to_clock_limited_runs(tmp_path, preset, sec
     assert tokens / 100_000 > 10 * seconds, "even at 100k tokens/s (3x this CPU's fastest) the clock must end the run"
 
 
-@pytest.mark.parametrize("overrides,steps", [([], 40), (["experiment=budget-15m"], 40), (["experiment=budget-72s"], 20),
-                                             (["experiment=budget-72s", "tokenizer=bpe"], 200)])
-def test_the_72_second_preset_shortens_the_rehearsal_unless_bpe_needs_it_long(tmp_path, overrides, steps):
+@pytest.mark.parametrize("overrides,batch,steps", [([], 8, 40), (["experiment=budget-15m"], 8, 40),
+                                                   (["experiment=budget-72s"], 4, 20),
+                                                   (["experiment=budget-72s", "tokenizer=bpe"], 4, 200)])
+def test_the_72_second_preset_shortens_preflight_unless_bpe_needs_a_long_rehearsal(tmp_path, overrides, batch, steps):
     out = tmp_path / "params.yaml"
     compose_params(out, REPO_ROOT / "conf", overrides)
-    params = load_params(out)
-    assert params.preflight.rehearsal_steps == steps and params.preflight.rehearsal_warmup_max == 20
+    pre = load_params(out).preflight
+    assert (pre.batch_size, pre.rehearsal_steps, pre.rehearsal_warmup_max) == (batch, steps, 20)
 
 
 def test_committed_params_validate():
