@@ -90,6 +90,10 @@ def main() -> None:
                 raise SystemExit(f"dvc exp run failed ({code}):\n" + "\n".join(line for _, line in lines[-30:]))
             runs[name] = where_time_went(lines, total)
             stages = runs[name]["stages"]
+            unread = [stage for stage, seconds in stages.items() if seconds["in_process_s"] is None]
+            if not stages or unread or runs[name]["preflight_report_s"] is None:
+                raise SystemExit(f"{name}: no stage lines, or no 'done in' line for {unread or 'none'}, or no "
+                                 "preflight seconds: the output changed; update the patterns at the top of this script")
             print(f"{name}: {total:.1f} s; " + ", ".join(
                 f"{stage} {s['wall_s']:.1f} s ({s['in_process_s'] if s['in_process_s'] is not None else '-'})"
                 for stage, s in stages.items()), flush=True)

@@ -46,7 +46,7 @@ def test_time_budget_presets_compose_to_clock_limited_runs(tmp_path, preset, sec
 
 @pytest.mark.parametrize("overrides,batch,steps", [([], 8, 40), (["experiment=budget-15m"], 8, 40),
                                                    (["experiment=budget-72s"], 4, 20),
-                                                   (["experiment=budget-72s", "tokenizer=bpe"], 4, 200)])
+                                                   (["experiment=budget-72s", "tokenizer=bpe"], 8, 200)])
 def test_the_72_second_preset_shortens_preflight_unless_bpe_needs_a_long_rehearsal(tmp_path, overrides, batch, steps):
     out = tmp_path / "params.yaml"
     compose_params(out, REPO_ROOT / "conf", overrides)

@@ -87,7 +87,6 @@ def test_the_overfit_check_stops_once_the_batch_is_memorised(project):
     plain = overfit["dropout_0.0"]
     assert plain["steps_to_threshold"] is not None
     assert plain["final_loss"] < 0.1 and plain["steps_run"] < overfit["steps"], "it stops once the batch is memorised"
-    assert "dropout_0.2" not in overfit, "one run: a comparison that decides nothing is not paid for"
 
 
 def test_unshifted_targets_fail_batch_shift(project, monkeypatch):

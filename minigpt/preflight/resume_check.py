@@ -19,7 +19,7 @@ from minigpt.train.loop import train
 from minigpt.train.run_control import TrainingStopped
 from minigpt.train.state_digest import state_digest
 
-RESUME_AT, MORE = 2, 2  # stop after the 2-step warmup, resume for 2 more: every part has state by then
+RESUME_AT, MORE = 2, 2  # stopped after step 2 (the warmup, capped at 2 steps, is over), resumed for 2 more
 # checkpoint key -> the part of the run it holds (elapsed_s is wall clock: it differs between any two runs)
 COMPARED = {"model_state_dict": "weights evaluated", "trained_state_dict": "trained weights",
             "optimizer_state_dict": "optimizer state", "rng": "RNG streams", "batch_rng": "batch stream",
