@@ -59,10 +59,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=Path, help="a WikiText-format folder (default: the tests' fixture)")
     parser.add_argument("--preset", default="budget-72s", choices=["budget-72s", "budget-15m"])
-    parser.add_argument("--lr", type=float, default=0.0015, help="the second run's train.lr")
+    parser.add_argument("--lr", type=float,
+                        help="the second run's train.lr (default 0.0015; with --smoke 0.02, the tiny shape's scale)")
     parser.add_argument("--smoke", action="store_true", help="the fixture, a tiny small shape, the clock cut to 5 s")
     parser.add_argument("--out", type=Path, help="default: benchmarks/results/exp_run_time/<machine class>.json")
     args = parser.parse_args()
+    args.lr = args.lr or (0.02 if args.smoke else 0.0015)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "DVC_NO_ANALYTICS": "1"}
     env.pop("MINIGPT_THREADS", None)
