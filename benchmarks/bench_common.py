@@ -136,6 +136,15 @@ def copy_into_fresh_repo(repo: Path, user: str):
     return git
 
 
+def dvc_env() -> dict:
+    """The environment for DVC in a scratch project: this venv's python first on PATH (DVC's `python stages/...`
+    commands), no analytics, and no fixed MINIGPT_THREADS, so each stage takes its share of the cores."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "DVC_NO_ANALYTICS": "1"}
+    env.pop("MINIGPT_THREADS", None)
+    return env
+
+
 DATA_STAGES = ("fetch", "clean", "tokenizer", "encode", "soft_targets", "baselines")
 
 

@@ -11,7 +11,6 @@ wall clock is process start-up and imports, and DVC's work between stages (hashi
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_common import copy_into_fresh_repo, machine_label, output_path, synthetic_corpus, write_result
+from bench_common import copy_into_fresh_repo, dvc_env, machine_label, output_path, synthetic_corpus, write_result
 
 STAGE_LINE = re.compile(r"^Running stage '(?P<stage>[^']+)'")
 DONE_LINE = re.compile(r"^\[(?P<stage>[a-z_]+)\] done in (?P<seconds>[0-9.]+)s")
@@ -65,9 +64,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="default: benchmarks/results/exp_run_time/<machine class>.json")
     args = parser.parse_args()
     args.lr = args.lr or (0.02 if args.smoke else 0.0015)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "DVC_NO_ANALYTICS": "1"}
-    env.pop("MINIGPT_THREADS", None)
+    env = dvc_env()
     with tempfile.TemporaryDirectory() as scratch:
         corpus = (args.corpus or synthetic_corpus(Path(scratch) / "corpus")).resolve()
         work = Path(scratch) / "repo"

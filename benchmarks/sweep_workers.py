@@ -11,7 +11,6 @@ and times `dvc exp run --run-all -j N` until the queue is empty.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,7 @@ from pathlib import Path
 from bench_common import (
     compose_project,
     copy_into_fresh_repo,
+    dvc_env,
     machine_kind,
     machine_label,
     output_path,
@@ -33,9 +33,7 @@ from minigpt.core.thread_share import available_cores
 def scratch_repo(work: Path, corpus: Path) -> dict:
     """The project's tracked files in a fresh git repo, baseline run at debug scale and committed."""
     git = copy_into_fresh_repo(work, "bench")
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "DVC_NO_ANALYTICS": "1"}
-    env.pop("MINIGPT_THREADS", None)
+    env = dvc_env()
     compose_project(work, corpus, ["experiment=debug"])
     baseline = subprocess.run([sys.executable, "-m", "dvc", "repro", "-q"], cwd=work, capture_output=True, text=True,
                               env=env)
