@@ -1,5 +1,5 @@
 """The model and optimizer options beyond the guide's MiniGPT (model.position / qk_norm / mlp / attention_dropout /
-attention_precision, train.optimizer): each
+attention_precision / ngram_orders, train.optimizer): each
 builds what it says, trains through the gated pipeline, passes preflight, and a bug planted
 in it is caught by the check that owns it."""
 
@@ -14,7 +14,7 @@ from helpers.pipeline_fixture import recompose
 from helpers.tiny_models import small_config
 from minigpt.core.config import ConfigError
 from minigpt.model import gpt as model_module
-from minigpt.model import rotary
+from minigpt.model import ngram_embedding, rotary
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig, mlp_hidden_width
 from minigpt.preflight.architecture_checks import expected_parameters, measured_parameters
 from minigpt.preflight.checks import format_table
@@ -22,6 +22,8 @@ from minigpt.preflight.suite import run_preflight
 from minigpt.testing.planted_bugs import (
     fp32_attention_without_the_mask,
     muon_gets_the_embedding,
+    ngram_lookup_never_added,
+    ngram_rows_one_token_late,
     qk_norm_over_positions,
     rotate_half_over_time,
 )
@@ -29,6 +31,7 @@ from minigpt.train import optim
 from minigpt.train.loop import train
 
 ALL_OPTIONS = ["model.position=rotary", "model.qk_norm=true", "model.mlp=swiglu", "train.optimizer=muon"]
+NGRAMS = ["model.ngram_orders=4", "model.ngram_buckets=256"]
 FAST = ["train.max_steps=30", "train.eval_every=15", "train.eval_batches=2", "train.sample_length=10"]
 
 
@@ -42,7 +45,7 @@ def check(report, name):
 
 @pytest.mark.parametrize("options", [["model.position=rotary"], ["model.qk_norm=true"], ["model.mlp=relu2"],
                                      ["model.mlp=swiglu"], ["train.optimizer=muon"],
-                                     ["model.dropout=0.1", "model.attention_dropout=false"], ALL_OPTIONS,
+                                     ["model.dropout=0.1", "model.attention_dropout=false"], NGRAMS, ALL_OPTIONS,
                                      [*ALL_OPTIONS, "train.precision=bf16"],
                                      [*ALL_OPTIONS, "model.attention_precision=fp32", "train.precision=bf16"]],
                          ids=lambda o: "+".join(x.split("=")[0].split(".")[1] + "=" + x.split("=")[1] for x in o))
@@ -156,7 +159,8 @@ def test_a_gated_mlp_of_the_full_width_fails_architecture(project, monkeypatch):
     assert "blocks: " in check(report, "architecture")["message"]
 
 
-@pytest.mark.parametrize("options", [{}, {"position": "rotary", "qk_norm": True, "mlp": "swiglu"}, {"mlp": "relu2"}])
+@pytest.mark.parametrize("options", [{}, {"position": "rotary", "qk_norm": True, "mlp": "swiglu"}, {"mlp": "relu2"},
+                                     {"ngram_orders": 3, "ngram_buckets": 50}])
 def test_the_closed_form_parameter_count_is_the_built_models(options):
     config = small_config(vocab=37, **options)
     model = MiniGPT(config)
@@ -187,8 +191,10 @@ def test_rotary_attention_scores_depend_on_the_position_difference_only():
     assert float(rotated.norm()) == pytest.approx(float(q.norm()), rel=1e-5), "a rotation keeps the norm"
 
 
-@pytest.mark.parametrize("options", [{"position": "rotary"}, {"position": "rotary", "qk_norm": True, "mlp": "swiglu"}])
-def test_kv_cached_decoding_matches_the_full_forward_pass_with_rotary(options):
+@pytest.mark.parametrize("options", [{"position": "rotary"}, {"position": "rotary", "qk_norm": True, "mlp": "swiglu"},
+                                     {"ngram_orders": 4, "ngram_buckets": 64},
+                                     {"position": "rotary", "ngram_orders": 3, "ngram_buckets": 64}])
+def test_kv_cached_decoding_matches_the_full_forward_pass(options):
     torch.manual_seed(0)
     model = MiniGPT(small_config(**options)).eval()
     ids = torch.randint(0, 40, (2, 12))
@@ -252,3 +258,53 @@ def test_muon_trains_the_hidden_matrices_and_adamw_the_rest():
     assert in_adamw == set(names.values()) - in_muon
     assert {"tok_emb.weight", "ln_f.weight"} <= in_adamw
     assert not optim.is_muon_group(opt.param_groups[0]), "AdamW's groups first: the step reports group 0's LR"
+
+
+def test_an_ngram_hash_one_token_late_sees_the_target_and_fails_the_causal_check(project, monkeypatch):
+    root, source = project
+    monkeypatch.setattr(ngram_embedding, "ngram_rows", ngram_rows_one_token_late)
+    report = run_preflight(recompose(root, source, NGRAMS), root)
+    assert "causal_independence" in failed(report)
+    assert "depend on later tokens" in check(report, "causal_independence")["message"]
+    assert run_preflight(recompose(root, source, []), root)["passed"], "the plant acts through the option only"
+
+
+def test_an_ngram_table_whose_lookup_is_never_added_fails_gradients(project, monkeypatch):
+    root, source = project
+    monkeypatch.setattr(ngram_embedding.HashedNgramEmbedding, "forward", ngram_lookup_never_added)
+    report = run_preflight(recompose(root, source, NGRAMS), root)
+    assert "gradients" in failed(report)
+    assert "no gradient for ngram_emb.table.weight" in check(report, "gradients")["message"]
+
+
+def test_each_ngram_row_reads_its_own_n_tokens_only():
+    """Order n's row at position t is a function of tokens t - n + 1 .. t: changing the token just before them, or
+    any later one, leaves it as it is; changing one of them moves it."""
+    ids = torch.randint(0, 30, (1, 12))
+    rows = ngram_embedding.ngram_rows(ids, 4, 1000, 30)  # [3 orders, B, T]
+    t = 8
+    for order in (2, 3, 4):
+        before, inside = ids.clone(), ids.clone()
+        before[0, t - order] = (before[0, t - order] + 1) % 30
+        before[0, t + 1:] = (before[0, t + 1:] + 1) % 30
+        inside[0, t - order + 1] = (inside[0, t - order + 1] + 1) % 30
+        assert ngram_embedding.ngram_rows(before, 4, 1000, 30)[order - 2, 0, t] == rows[order - 2, 0, t]
+        assert ngram_embedding.ngram_rows(inside, 4, 1000, 30)[order - 2, 0, t] != rows[order - 2, 0, t]
+    assert bool(((rows >= 0) & (rows < 3000)).all())
+    for order in (2, 3, 4):  # each order indexes its own rows of the table
+        assert bool(((rows[order - 2] >= (order - 2) * 1000) & (rows[order - 2] < (order - 1) * 1000)).all())
+
+
+def test_the_ngram_hash_spreads_distinct_ngrams_over_the_buckets():
+    vocab, buckets = 40, 4096
+    first, second = torch.meshgrid(torch.arange(vocab), torch.arange(vocab), indexing="ij")
+    bigrams = torch.stack([first.flatten(), second.flatten()], dim=1)  # every (previous, current) pair
+    rows = ngram_embedding.ngram_rows(bigrams, 2, buckets, vocab)[0, :, 1]
+    # 1,600 bigrams into 4,096 buckets: a uniform hash leaves ~1,325 distinct rows; a degenerate one far fewer
+    assert len(torch.unique(rows)) > 1250
+
+
+def test_ngram_orders_1_is_refused_with_the_key_named(project):
+    root, source = project
+    with pytest.raises(ConfigError, match="'model.ngram_orders' = 1"):
+        recompose(root, source, ["model.ngram_orders=1"])

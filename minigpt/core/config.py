@@ -108,6 +108,10 @@ class ModelConfig(Section):
     # step: attention in the training step's precision; fp32: a bf16 step computes attention in fp32 (on a CPU,
     # scaled_dot_product_attention's fused backward is many times slower in bf16 than in fp32; no effect in fp32)
     attention_precision: Literal["step", "fp32"] = "step"
+    # 0: off; n >= 2: the hashes of the 2 .. n tokens ending at each position look up learned vectors added to its
+    # embedding (minigpt.model.ngram_embedding), ngram_buckets rows per order
+    ngram_orders: int = Field(0, ge=0, description="0 (off) or >= 2")
+    ngram_buckets: int = Field(4096, ge=1, description=">= 1")
 
     @model_validator(mode="after")
     def _heads_divide_width(self):
@@ -116,6 +120,9 @@ class ModelConfig(Section):
             raise ValueError(
                 f"'model.embedding_dim' = {self.embedding_dim} is not divisible by 'model.num_heads' = "
                 f"{self.num_heads}; allowed num_heads for this width: {', '.join(map(str, divisors))}.")
+        if self.ngram_orders == 1:
+            raise ValueError("'model.ngram_orders' = 1 would hash single tokens, which the token embedding already "
+                             "looks up; use 0 (off) or 2 and more.")
         if self.position == "rotary" and (self.embedding_dim // self.num_heads) % 2:
             raise ValueError(
                 f"'model.position' = 'rotary' needs an even head width, but embedding_dim {self.embedding_dim} / "

@@ -3,9 +3,9 @@
 token + position embeddings -> num_layers x [LN -> causal self-attention -> +residual, LN -> MLP -> +residual]
 -> final LN -> vocabulary head. Causality is not configurable: attention always uses is_causal=True.
 
-The model section's options (config.ModelConfig: position, qk_norm, mlp, attention_dropout, attention_precision)
-change parts of it; their defaults build the guide's model. hidden_matrices() names the matrices Muon trains
-(train.optimizer).
+The model section's options (config.ModelConfig: position, qk_norm, mlp, attention_dropout, attention_precision,
+ngram_orders) change parts of it; their defaults build the guide's model. hidden_matrices() names the matrices Muon
+trains (train.optimizer).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pydantic import Field
 from minigpt.core.config import ModelConfig
 from minigpt.model import rotary as rotary_positions
 from minigpt.model.dropout import Dropout
+from minigpt.model.ngram_embedding import HashedNgramEmbedding
 from minigpt.model.sampling import SamplingSettings, next_token_logits
 
 INIT_STD = 0.02
@@ -47,6 +48,7 @@ class KVCache:
         self.keys: list[torch.Tensor | None] = [None] * num_layers
         self.values: list[torch.Tensor | None] = [None] * num_layers
         self.length = 0
+        self.tokens: torch.Tensor | None = None  # the last IDs it was fed, for model.ngram_orders
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> torch.Tensor:
@@ -169,6 +171,8 @@ class MiniGPT(nn.Module):
             # not in the state dict: a function of the config, rebuilt with the model
             self.register_buffer("rotary_cos", cos, persistent=False)
             self.register_buffer("rotary_sin", sin, persistent=False)
+        self.ngram_emb = (HashedNgramEmbedding(config.vocab_size, config.ngram_orders, config.ngram_buckets,
+                                               config.embedding_dim) if config.ngram_orders else None)
         self.drop = Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
         self.ln_f = nn.LayerNorm(config.embedding_dim)
@@ -206,6 +210,12 @@ class MiniGPT(nn.Module):
         if start + time > self.config.block_size:
             raise ValueError(f"sequence length {start + time} exceeds block_size {self.config.block_size}")
         x = self.tok_emb(inputs)
+        if self.ngram_emb is not None:
+            history = cache.tokens if cache is not None else None
+            x = x + self.ngram_emb(inputs, history)
+            if cache is not None:  # the n-grams of the next positions reach back ngram_orders - 1 tokens
+                seen = inputs if history is None else torch.cat([history, inputs], dim=1)
+                cache.tokens = seen[:, -(self.config.ngram_orders - 1):]
         rotary = None
         if self.pos_emb is not None:
             x = x + self.pos_emb(torch.arange(start, start + time, device=inputs.device))

@@ -1,12 +1,12 @@
-"""Preflight's check that the model built is the model configured (model.position, model.mlp and the shape):
+"""Preflight's check that the model built is the model configured (model.position, model.mlp, model.ngram_orders
+and the shape):
 
-- architecture: the parameters of each part (token and position embeddings, blocks, final LayerNorm, head) number
-  what the config's closed-form count says (so a position table under rotary, a layer added or left out, a gated
-  MLP of the wrong width each show up as a part of the wrong size), and each
-  block's MLP activation computes the configured function of its input (GELU, ReLU squared or SiLU), measured on
-  the check batch; and each dropout layer drops the configured share of a probe in training mode (within
-  DROP_SIGMAS binomial standard deviations), keeps its mean (the kept values rescaled) and is the identity in
-  evaluation mode.
+- architecture: the parameters of each part (token, position and n-gram embeddings, blocks, final LayerNorm,
+  head) number what the config's closed-form count says (so a position table under rotary, a layer added or left
+  out, a gated MLP of the wrong width each show up as a part of the wrong size), and each block's MLP activation
+  computes the configured function of its input (GELU, ReLU squared or SiLU), measured on the check batch; and each
+  dropout layer drops the configured share of a probe in training mode (within DROP_SIGMAS binomial standard
+  deviations), keeps its mean (the kept values rescaled) and is the identity in evaluation mode.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ def expected_parameters(config) -> dict[str, int]:
              + width * fc_out + fc_out + hidden * width + width)  # fc, proj
     return {"tok_emb": vocab * width,
             "pos_emb": config.block_size * width if config.position == "learned" else 0,
+            "ngram_emb": max(config.ngram_orders - 1, 0) * config.ngram_buckets * width,
             "blocks": config.num_layers * block,
             "ln_f": layer_norm,
             "head": vocab * width}  # no bias
@@ -106,7 +107,7 @@ def check_architecture(ctx: Context) -> dict:
     expected, measured_counts = expected_parameters(config), measured_parameters(model)
     measured = {"expected_parameters": expected, "parameters": measured_counts,
                 "options": {k: getattr(config, k) for k in ("position", "qk_norm", "mlp", "attention_dropout",
-                                                                  "attention_precision")}}
+                                                                  "attention_precision", "ngram_orders")}}
     problems = [f"{part}: {measured_counts.get(part, 0):,} parameters, the config says {want:,}"
                 for part, want in expected.items() if measured_counts.get(part, 0) != want]
     problems += [f"{part}: {n:,} parameters in a part the config does not have"

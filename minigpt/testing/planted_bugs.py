@@ -3,7 +3,7 @@ each is a plausible mistake in the real step or schedule that preflight must ref
 
 import torch
 
-from minigpt.model import batch_loss
+from minigpt.model import batch_loss, ngram_embedding
 from minigpt.train import optim, train_step
 from minigpt.train.weight_average import WeightAverage
 
@@ -69,6 +69,21 @@ def qk_norm_over_positions(x):
     """QK-normalisation over the positions of each feature instead of over the head's width: every position's
     query and key are scaled by statistics of the whole window, later positions included."""
     return torch.nn.functional.rms_norm(x.transpose(-1, -2), (x.shape[-2],)).transpose(-1, -2)
+
+
+REAL_NGRAM_ROWS = ngram_embedding.ngram_rows
+
+
+def ngram_rows_one_token_late(ids, orders, buckets, pad_id, history=None):
+    """The n-gram hash fed the inputs shifted left by one (the n-grams of the targets, the usual off-by-one of a
+    hand-built shift): each position's rows include the token it is asked to predict."""
+    ahead = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], pad_id)], dim=1)
+    return REAL_NGRAM_ROWS(ahead, orders, buckets, pad_id, history)
+
+
+def ngram_lookup_never_added(self, ids, history=None):
+    """The n-gram table built (model.ngram_orders read) but its lookup replaced by zeros: the option trains nothing."""
+    return torch.zeros(*ids.shape, self.table.embedding_dim, device=ids.device)
 
 
 REAL_MUON_PARAMETERS = optim.muon_parameters
