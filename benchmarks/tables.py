@@ -5,7 +5,7 @@
 
 A block is `<!-- generated: NAME -->`, the table, `<!-- end generated -->`. --check also fails on a Markdown table row
 with a three-decimal figure outside a block in any of the documents: a figure in a table comes from a results file,
-or it is not shown. Reads JSON only (no torch, no minigpt), so it runs anywhere in a second.
+or it is not shown. Reads JSON and the presets' YAML only (no torch, no minigpt), so it runs anywhere in a second.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import statistics
 import sys
 import textwrap
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path("benchmarks/results")
@@ -53,6 +55,16 @@ def _class_title(path: Path, result: dict) -> str:
     return f"{path.stem} ({machine['cpu']} {machine.get('cpu_family_model', '')})".replace(" )", ")")
 
 
+def older_preset(run: dict, root: Path) -> bool:
+    """True when a preset's run trained another model than the preset composes now: a key its conf/experiment/ file
+    sets under `model` that the run's recorded model lacks or has at another value."""
+    presets = [o.split("=", 1)[1] for o in run.get("overrides", []) if o.startswith("experiment=")]
+    if not presets or "model" not in run:
+        return False
+    conf = yaml.safe_load((root / "conf" / "experiment" / f"{presets[-1]}.yaml").read_text()) or {}
+    return any(run["model"].get(key) != value for key, value in (conf.get("model") or {}).items())
+
+
 def quality(root: Path) -> str:
     ladder = json.loads((root / LADDER).read_text())
     baselines = {row["name"]: row for row in ladder["rows"]}
@@ -63,17 +75,21 @@ def quality(root: Path) -> str:
         name = name or ladder["best_static"]
         value = _figure(baselines[name]["val_bpc"])
         lines.append(f"| {label.format(best=name)} | " + " | ".join(value for _ in results) + " |")
+    stale = False
     for label, figures in RUN_ROWS:
         cells = []
         for _path, result in results:
             runs = {run["name"]: run for run in result["runs"]}
             values = [_figure(runs.get(name, {}).get(key), bold=i == 0 and len(figures) > 1)
+                      + ("†" if name in runs and older_preset(runs[name], root) else "")
                       for i, (name, key) in enumerate(figures)]
+            stale = stale or any(v.endswith("†") for v in values)
             cells.append(" / ".join(values))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     sources = ", ".join(f"`{(QUALITY / path.name).as_posix()}`" for path, _ in results)
     note = (f"Baselines: `{LADDER.as_posix()}` (exact counts: the same on every machine); the presets and the nanoGPT "
-            f"recipe: {sources}, one seed per cell; each file's manifest holds its command, commit and machine.")
+            f"recipe: {sources}, one seed per cell; each file's manifest holds its command, commit and machine."
+            + (" †: an older `model` section of the preset trained it." if stale else ""))
     lines += ["", *textwrap.wrap(note, 116, break_on_hyphens=False, break_long_words=False)]
     return "\n".join(lines) + "\n"
 

@@ -45,6 +45,7 @@ def copy_documents(tmp_path):
     shutil.copy(REPO_ROOT / "README.md", tmp_path / "README.md")
     shutil.copytree(REPO_ROOT / "docs", tmp_path / "docs")
     shutil.copytree(REPO_ROOT / "benchmarks/results", tmp_path / "benchmarks/results")
+    shutil.copytree(REPO_ROOT / "conf/experiment", tmp_path / "conf/experiment")
     return tmp_path
 
 
@@ -66,6 +67,17 @@ def test_a_hand_edited_generated_table_fails_the_check_and_make_results_restores
     assert checked.returncode == 1
     assert "README.md: table 'quality' differs from benchmarks/results (run `make results`)" in checked.stderr
     assert tables(root=root).returncode == 0 and readme.read_text() == original
+
+
+def test_a_preset_figure_trained_before_the_presets_model_settings_is_marked(tmp_path):
+    root = copy_documents(tmp_path)
+    preset = root / "conf/experiment/budget-15m.yaml"
+    preset.write_text(preset.read_text() + "model:\n  num_layers: 99\n")
+    assert tables(root=root).returncode == 0
+    readme = (root / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `budget-15m` / without soft targets"))
+    assert row.count("†") == 4, "the preset and its no-soft-target run, per machine class; not nanoGPT's recipe"
+    assert "†: an older `model` section of the preset trained it." in readme
 
 
 def test_a_typed_table_with_three_decimal_figures_outside_the_markers_fails_the_check(tmp_path):
