@@ -60,6 +60,10 @@ def shaped(tmp_path, preset: str, shape: str):
     return load_params(out)
 
 
+# what conf/experiment/budget-72s.yaml adds to either shape (docs/decisions.md, "N-gram input embeddings at 72 s")
+NGRAM_TABLES_72S = {"ngram_orders": 4, "ngram_buckets": 2048}
+
+
 def test_budget_presets_choose_among_the_calibrated_shapes(tmp_path):
     from minigpt.core.compose import compose_params
 
@@ -70,25 +74,28 @@ def test_budget_presets_choose_among_the_calibrated_shapes(tmp_path):
     assert short.budget.shapes == ["small", "production"] and short.budget.min_tokens_per_parameter == 2.0
     assert short.shape == "small" and short.model.embedding_dim == 128 and short.train.lr == 0.003
     production = shaped(tmp_path, "budget-72s", "production")
-    # the production model as composed, with the options that won (docs/data-and-config.md, "Model options")
+    # the production model as composed, with the options that won (docs/data-and-config.md, "Model options") and the
+    # 72-second preset's n-gram tables
     assert production.model.model_dump() == {**default.model.model_dump(), "position": "rotary", "qk_norm": True,
-                                             "mlp": "swiglu"}
+                                             "mlp": "swiglu", **NGRAM_TABLES_72S}
     assert {short.train.optimizer, production.train.optimizer} == {"muon"}
     assert shaped(tmp_path, "budget-15m", "small").budget.shapes == ["small-regularised", "production"]
 
 
 def test_the_15_minute_small_shape_is_the_72_second_one_with_dropout(tmp_path):
     """budget-15m's small shape adds dropout off the attention weights (its 15 minutes are ~7 passes over wt2-mini
-    and overfit without it) and keeps every other key of the small shape; the preset adds the weight average."""
+    and overfit without it) and keeps every other key of the small shape; the preset adds the weight average, and
+    only the 72-second preset has the n-gram tables."""
     short, long = shaped(tmp_path, "budget-72s", "small"), shaped(tmp_path, "budget-15m", "small-regularised")
     short_model, long_model = short.model.model_dump(), long.model.model_dump()
     assert short_model["dropout"] == 0.0 and long_model["dropout"] == 0.1
     assert short_model["attention_dropout"] and not long_model["attention_dropout"]
-    assert {**long_model, "dropout": 0.0, "attention_dropout": True} == short_model
+    assert {**long_model, "dropout": 0.0, "attention_dropout": True, **NGRAM_TABLES_72S} == short_model
     short_train, long_train = short.train.model_dump(), long.train.model_dump()
     assert long_train["max_seconds"] == 900 and long_train["ema_decay"] == 0.999 and short_train["ema_decay"] is None
     assert {**long_train, "max_seconds": 72, "ema_decay": None} == short_train
-    assert (shaped(tmp_path, "budget-15m", "production").model == shaped(tmp_path, "budget-72s", "production").model)
+    long_production = shaped(tmp_path, "budget-15m", "production").model.model_dump()
+    assert {**long_production, **NGRAM_TABLES_72S} == shaped(tmp_path, "budget-72s", "production").model.model_dump()
 
 
 def test_describe_names_every_shape_and_the_choice():

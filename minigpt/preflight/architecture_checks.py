@@ -107,7 +107,8 @@ def check_architecture(ctx: Context) -> dict:
     expected, measured_counts = expected_parameters(config), measured_parameters(model)
     measured = {"expected_parameters": expected, "parameters": measured_counts,
                 "options": {k: getattr(config, k) for k in ("position", "qk_norm", "mlp", "attention_dropout",
-                                                                  "attention_precision", "ngram_orders")}}
+                                                                  "attention_precision", "ngram_orders",
+                                                                  "ngram_buckets")}}
     problems = [f"{part}: {measured_counts.get(part, 0):,} parameters, the config says {want:,}"
                 for part, want in expected.items() if measured_counts.get(part, 0) != want]
     problems += [f"{part}: {n:,} parameters in a part the config does not have"
