@@ -280,7 +280,8 @@ def test_an_ngram_table_whose_lookup_is_never_added_fails_gradients(project, mon
 def test_each_ngram_row_reads_its_own_n_tokens_only():
     """Order n's row at position t is a function of tokens t - n + 1 .. t: changing the token just before them, or
     any later one, leaves it as it is; changing one of them moves it."""
-    ids = torch.randint(0, 30, (1, 12))
+    # fixed IDs: for arbitrary ones a changed n-gram can land in its old bucket (1 in 1,000) and fail the test by chance
+    ids = torch.randint(0, 30, (1, 12), generator=torch.Generator().manual_seed(0))
     rows = ngram_embedding.ngram_rows(ids, 4, 1000, 30)  # [3 orders, B, T]
     t = 8
     for order in (2, 3, 4):
