@@ -135,7 +135,8 @@ def one_run(name: str, overrides: list[str], work: Path, corpus: Path) -> dict:
             # nanoGPT's per-token estimate is bits per character for a character tokenizer only
             "val_bpc_20_random_batches": nanogpt_style_estimate(metrics, params, work)
             if params.tokenizer.kind == "char" else None,
-            "tokenizer": params.section_dict("tokenizer"),
+            "tokenizer": params.section_dict("tokenizer"), "train": params.section_dict("train"),
+            "soft_targets": params.section_dict("soft_targets"),
             "dynamic_val_bpc": metrics["dynamic"]["val"]["bpc"] if "dynamic" in metrics else None,
             "mixture_val_bpc": metrics["mixture"]["val"]["bpc"] if "mixture" in metrics else None,
             "mixture_test_bpc": metrics["mixture"]["test"]["bpc"] if "mixture" in metrics else None,

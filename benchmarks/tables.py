@@ -11,6 +11,7 @@ or it is not shown. Reads JSON and the presets' YAML only (no torch, no minigpt)
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import statistics
@@ -55,14 +56,29 @@ def _class_title(path: Path, result: dict) -> str:
     return f"{path.stem} ({machine['cpu']} {machine.get('cpu_family_model', '')})".replace(" )", ")")
 
 
+RECORDED_SECTIONS = ("model", "train", "soft_targets")  # what a quality_budget run records of its configuration
+
+
 def older_preset(run: dict, root: Path) -> bool:
-    """True when a preset's run trained another model than the preset composes now: a key its conf/experiment/ file
-    sets under `model` that the run's recorded model lacks or has at another value."""
+    """True when a preset's run trained another configuration than the preset composes now: a key its
+    conf/experiment/ file sets under a section the run recorded (`model`; `train` and `soft_targets` in newer runs)
+    that the recorded section lacks or has at another value. Keys the run's own overrides set are its choice, not the
+    preset's (a run without soft targets overrides `train.distill_alpha`)."""
     presets = [o.split("=", 1)[1] for o in run.get("overrides", []) if o.startswith("experiment=")]
-    if not presets or "model" not in run:
+    if not presets:
         return False
-    conf = yaml.safe_load((root / "conf" / "experiment" / f"{presets[-1]}.yaml").read_text()) or {}
-    return any(run["model"].get(key) != value for key, value in (conf.get("model") or {}).items())
+    own = {o.split("=", 1)[0] for o in run["overrides"]}
+    return any(f"{section}.{key}" not in own and run[section].get(key) != value
+               for section, keys in _preset_sections(root, presets[-1]).items() if section in run
+               for key, value in keys.items())
+
+
+@functools.cache
+def _preset_sections(root: Path, preset: str) -> dict[str, dict]:
+    """The recorded sections conf/experiment/<preset>.yaml sets, {section: {key: value}} (read once per run of this
+    module)."""
+    conf = yaml.safe_load((root / "conf" / "experiment" / f"{preset}.yaml").read_text()) or {}
+    return {section: dict(conf[section]) for section in RECORDED_SECTIONS if conf.get(section)}
 
 
 def quality(root: Path) -> str:
@@ -89,7 +105,7 @@ def quality(root: Path) -> str:
     sources = ", ".join(f"`{(QUALITY / path.name).as_posix()}`" for path, _ in results)
     note = (f"Baselines: `{LADDER.as_posix()}` (exact counts: the same on every machine); the presets and the nanoGPT "
             f"recipe: {sources}, one seed per cell; each file's manifest holds its command, commit and machine."
-            + (" †: an older `model` section of the preset trained it." if stale else ""))
+            + (" †: an older version of the preset trained it." if stale else ""))
     lines += ["", *textwrap.wrap(note, 116, break_on_hyphens=False, break_long_words=False)]
     return "\n".join(lines) + "\n"
 
@@ -135,29 +151,35 @@ def discount_grid(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-MIXTURE = RESULTS / "mixture_orders"
+MIXED_PRESETS = ("budget-72s", "budget-15m")
 
 
 def mixture(root: Path) -> str:
     """Each preset's best checkpoint alone, the 9-gram alone and the two mixed (val bpc, test in brackets), with the
-    weight the mixture gives the 9-gram, from every mixture_orders result (a machine class each)."""
+    weight the mixture gives the 9-gram (1 - w: a run records the model's weight w): the preset runs of every
+    quality_budget result (a machine class each), which evaluate with `evaluate.mixture_order=9`."""
+    ladder = json.loads((root / LADDER).read_text())
+    nine = next(row for row in ladder["rows"] if row["name"] == "9-gram Kneser-Ney")
     lines = ["| val bpc (test) | model | 9-gram alone | model + 9-gram | the 9-gram's weight |",
              "| --- | --- | --- | --- | --- |"]
 
     def pair(val: float, test: float) -> str:
         return f"{_figure(val)} ({_figure(test)})"
 
-    for path in sorted((root / MIXTURE).glob("*.json")):
-        result = json.loads(path.read_text())
-        for preset in ("budget-72s", "budget-15m"):
-            run = result["runs"].get(preset)
-            if run is None:
+    stale = False
+    for path in sorted((root / QUALITY).glob("*.json")):
+        runs = {run["name"]: run for run in json.loads(path.read_text())["runs"]}
+        for preset in MIXED_PRESETS:
+            run = runs.get(f"{preset} preset")
+            if run is None or run.get("mixture_val_bpc") is None:
                 continue
-            nine = next(row for row in run["rows"] if row["order"] == 9)
-            model = run["model_bits_per_token"]
-            lines.append(f"| `experiment={preset}` (best step {run['checkpoint_step']:,}; `{path.stem}`) | "
-                         f"{pair(model['val'], model['test'])} | {pair(nine['ngram_val'], nine['ngram_test'])} | "
-                         f"{pair(nine['mixture_val'], nine['mixture_test'])} | {nine['ngram_weight']:.2f} |")
+            older = "†" if older_preset(run, root) else ""
+            stale = stale or bool(older)
+            lines.append(f"| `experiment={preset}`{older} (best step {run['best_step']:,}; `{path.stem}`) | "
+                         f"{pair(run['val_bpc'], run['test_bpc'])} | {pair(nine['val_bpc'], nine['test_bpc'])} | "
+                         f"{pair(run['mixture_val_bpc'], run['mixture_test_bpc'])} | {1 - run['mixture_weight']:.2f} |")
+    if stale:
+        lines += ["", "†: an older version of the preset trained it."]
     return "\n".join(lines) + "\n"
 
 
@@ -194,22 +216,51 @@ def preflight_false_alarms(root: Path) -> str:
 WATCHDOG_FALSE_ALARMS = RESULTS / "watchdog_false_alarms"
 
 
+def _spread_row(preset: str, where: str, commit: str, val: list[float], test: list[float], ahead: list[float]) -> str:
+    spread = f" ± {statistics.stdev(val):.3f}" if len(val) > 1 else ""
+    return (f"| {preset} | {where} | {commit} | {len(val)} | {statistics.mean(val):.3f}{spread} ({min(val):.3f} – "
+            f"{max(val):.3f}) | {statistics.mean(test):.3f} | {min(ahead):+.3f} … {max(ahead):+.3f} |")
+
+
+def _seeded_preset(run: dict) -> str | None:
+    """The preset a quality_budget run trained when its only other override is its seed, else None."""
+    presets = [o.split("=", 1)[1] for o in run["overrides"] if o.startswith("experiment=")]
+    others = [o for o in run["overrides"] if not o.startswith(("experiment=", "train.seed="))]
+    return presets[-1] if len(presets) == 1 and not others and re.search(r", seed \d+$", run["name"]) else None
+
+
 def seed_spread(root: Path) -> str:
-    """Each preset's trained runs per machine (a results file of a class may hold several CPUs): runs, val bpc mean
-    ± sd and range, test mean, and val minus the best static baseline's, from the rows of every
-    watchdog_false_alarms result."""
-    lines = ["| preset | machine (results file) | runs | val bpc: mean ± sd (range) | test bpc | "
-             "val − the best static |", "| --- | --- | --- | --- | --- | --- |"]
+    """Each preset's trained runs per machine (a results file of a class may hold several CPUs) and the commit that
+    trained them: runs, val bpc mean ± sd and range, test mean, and val minus the best static baseline's, from the
+    seeded preset runs of every quality_budget result (runs named "…, seed N" that override only the seed) and the
+    rows of every watchdog_false_alarms result."""
+    best_static = json.loads((root / LADDER).read_text())
+    best_val = next(row["val_bpc"] for row in best_static["rows"] if row["name"] == best_static["best_static"])
+    lines = ["| preset | machine (results file) | commit | runs | val bpc: mean ± sd (range) | test bpc | "
+             "val − the best static |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    stale = False
+    for path in sorted((root / QUALITY).glob("*.json")):
+        data = json.loads(path.read_text())
+        seeded = [(preset, run) for run in data["runs"] if (preset := _seeded_preset(run))]
+        for preset in dict.fromkeys(preset for preset, _ in seeded):
+            mine = [run for p, run in seeded if p == preset]
+            older = "†" if any(older_preset(run, root) for run in mine) else ""
+            stale = stale or bool(older)
+            machine = f"{data['machine']['cpu']} {data['machine'].get('cpu_family_model', '')}".strip()
+            val = [run["val_bpc"] for run in mine]
+            lines.append(_spread_row(preset + older, f"{machine} (`quality_budget/{path.stem}`)",
+                                     f"`{data['manifest']['commit'][:10]}`", val, [run["test_bpc"] for run in mine],
+                                     [v - best_val for v in val]))
     for path in sorted((root / WATCHDOG_FALSE_ALARMS).glob("*.json")):
-        rows = [row for row in json.loads(path.read_text())["rows"] if "val_bpc" in row]
+        data = json.loads(path.read_text())
+        rows = [row for row in data["rows"] if "val_bpc" in row]
         for preset, machine in dict.fromkeys((row["preset"], row["machine"]) for row in rows):
             mine = [row for row in rows if (row["preset"], row["machine"]) == (preset, machine)]
-            val, test = [row["val_bpc"] for row in mine], [row["test_bpc"] for row in mine]
-            ahead = [row["vs_best_static_bpc"] for row in mine]
-            spread = f" ± {statistics.stdev(val):.3f}" if len(val) > 1 else ""
-            lines.append(f"| {preset} | {machine} (`{path.stem}`) | {len(mine)} | {statistics.mean(val):.3f}{spread} "
-                         f"({min(val):.3f} – {max(val):.3f}) | {statistics.mean(test):.3f} | "
-                         f"{min(ahead):+.3f} … {max(ahead):+.3f} |")
+            lines.append(_spread_row(preset, f"{machine} (`watchdog_false_alarms/{path.stem}`)",
+                                     f"`{data['manifest']['commit'][:10]}`", [row["val_bpc"] for row in mine],
+                                     [row["test_bpc"] for row in mine], [row["vs_best_static_bpc"] for row in mine]))
+    if stale:
+        lines += ["", "†: an older version of the preset trained it."]
     return "\n".join(lines) + "\n"
 
 

@@ -60,7 +60,8 @@ def test_a_hand_edited_generated_table_fails_the_check_and_make_results_restores
     readme = root / "README.md"
     original = readme.read_text()
     block = original[original.index("<!-- generated: quality -->"):original.index("<!-- end generated -->")]
-    edited = block.replace("**2.223**", "**2.199**")
+    figure = re.search(r"\*\*\d\.\d{3}\*\*", block).group()
+    edited = block.replace(figure, "**9.999**", 1)
     assert edited != block
     readme.write_text(original.replace(block, edited))
     checked = tables("--check", root=root)
@@ -77,7 +78,68 @@ def test_a_preset_figure_trained_before_the_presets_model_settings_is_marked(tmp
     readme = (root / "README.md").read_text()
     row = next(line for line in readme.splitlines() if line.startswith("| `budget-15m` / without soft targets"))
     assert row.count("†") == 4, "the preset and its no-soft-target run, per machine class; not nanoGPT's recipe"
-    assert "†: an older `model` section of the preset trained it." in readme
+    assert "†: an older version of the preset trained it." in readme
+    mixed = [line for line in (root / "docs/evaluation.md").read_text().splitlines()
+             if line.startswith("| `experiment=budget-15m`")]
+    assert mixed and all(line.startswith("| `experiment=budget-15m`† (") for line in mixed), mixed
+
+
+def test_the_seed_spread_takes_seeded_preset_runs_and_the_mixture_the_ngrams_weight(tmp_path):
+    root = copy_documents(tmp_path)
+    machine = {"cpu": "Planted CPU", "cpu_family_model": "1/2", "isa": ["avx2"], "cores": 2, "torch": "x"}
+    manifest = {"command": "planted", "commit": "0123456789abcdef", "date": "2026-01-01", "machine": machine}
+    model = yaml_model(root, "budget-72s")
+
+    def run(name, *overrides, val=2.0, test=1.9):
+        return {"name": name, "overrides": ["experiment=budget-72s", *overrides], "val_bpc": val, "test_bpc": test,
+                "model": model}
+
+    runs = [run("budget-72s, seed 1", "train.seed=1", val=2.30), run("budget-72s, seed 2", "train.seed=2", val=2.40),
+            run("budget-72s, lr, seed 3", "train.seed=3", "train.lr=0.1", val=9.0), run("budget-72s preset", val=8.0)]
+    runs[-1].update(best_step=1234, mixture_val_bpc=7.5, mixture_test_bpc=7.4, mixture_weight=0.3)  # w: the model's
+    (root / "benchmarks/results/quality_budget/planted-2c.json").write_text(
+        json.dumps({"manifest": manifest, "machine": machine, "runs": runs}))
+    assert tables(root=root).returncode == 0
+    rows = [line for line in (root / "docs/evaluation.md").read_text().splitlines()
+            if "`quality_budget/planted-2c`" in line]
+    assert rows == ["| budget-72s | Planted CPU 1/2 (`quality_budget/planted-2c`) | `0123456789` | 2 | 2.350 ± 0.071 "
+                    "(2.300 – 2.400) | 1.900 | +0.054 … +0.154 |"], rows
+    mixed = [line for line in (root / "docs/evaluation.md").read_text().splitlines() if "`planted-2c`" in line]
+    assert mixed == ["| `experiment=budget-72s` (best step 1,234; `planted-2c`) | 8.000 (1.900) | 2.246 (2.088) | "
+                     "7.500 (7.400) | 0.70 |"], mixed
+
+
+def test_a_run_that_trained_other_preset_train_settings_is_marked_unless_it_chose_them(tmp_path):
+    root = copy_documents(tmp_path)
+    machine = {"cpu": "Planted CPU", "cpu_family_model": "1/2", "isa": ["avx2"], "cores": 2, "torch": "x"}
+    manifest = {"command": "planted", "commit": "0123456789abcdef", "date": "2026-01-01", "machine": machine}
+    preset = yaml_sections(root, "budget-72s")
+    older_alpha = {**preset["train"], "distill_alpha": preset["train"]["distill_alpha"] + 0.1}
+
+    def run(name, train, *overrides):
+        return {"name": name, "overrides": ["experiment=budget-72s", *overrides], "val_bpc": 2.0, "test_bpc": 1.9,
+                "model": preset["model"], "train": train}
+
+    runs = [run("budget-72s preset", older_alpha),
+            run("budget-72s, no soft targets", {**preset["train"], "distill_alpha": 0.0}, "train.distill_alpha=0")]
+    (root / "benchmarks/results/quality_budget/planted-2c.json").write_text(
+        json.dumps({"manifest": manifest, "machine": machine, "runs": runs}))
+    assert tables(root=root).returncode == 0
+    row = next(line for line in (root / "README.md").read_text().splitlines() if line.startswith("| `budget-72s` /"))
+    assert row.endswith("| **2.000**† / 2.000 / – |"), row
+
+
+def yaml_sections(root, preset: str) -> dict:
+    import yaml
+
+    return yaml.safe_load((root / "conf/experiment" / f"{preset}.yaml").read_text())
+
+
+def yaml_model(root, preset: str) -> dict:
+    """The `model` keys a preset sets, as a run of it records them (tests never import benchmarks/)."""
+    import yaml
+
+    return dict((yaml.safe_load((root / "conf/experiment" / f"{preset}.yaml").read_text()) or {}).get("model") or {})
 
 
 def test_a_typed_table_with_three_decimal_figures_outside_the_markers_fails_the_check(tmp_path):
