@@ -36,6 +36,7 @@ from bench_common import (
     compose_project,
     machine_kind,
     machine_label,
+    manifest,
     prepare_project,
     refresh_tokens,
     results_path,
@@ -125,7 +126,8 @@ def one_run(name: str, overrides: list[str], work: Path, corpus: Path) -> dict:
         print(f"  evaluate refused the model: {refused}", flush=True)
         return {"name": name, "overrides": overrides, "steps": summary["steps"], "evaluate_refused": str(refused)}
     machine = report.get("machine")
-    return {"name": name, "overrides": overrides, "parameters": summary["parameters"], "steps": summary["steps"],
+    return {"name": name, "overrides": overrides, "commit": manifest(machine_label())["commit"],
+            "parameters": summary["parameters"], "steps": summary["steps"],
             "model": summary["model"], "precision": summary["precision"],
             "shape": params.shape, "machine_choice": machine and {"shape": machine["shape"], "how": machine["how"]},
             "stopped_by": summary["stopped_by"], "train_seconds": summary["train_seconds"],

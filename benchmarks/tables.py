@@ -67,7 +67,7 @@ def older_preset(run: dict, root: Path) -> bool:
     presets = [o.split("=", 1)[1] for o in run.get("overrides", []) if o.startswith("experiment=")]
     if not presets:
         return False
-    own = {o.split("=", 1)[0] for o in run["overrides"]}
+    own = {o.split("=", 1)[0].lstrip("+~") for o in run["overrides"]}
     return any(f"{section}.{key}" not in own and run[section].get(key) != value
                for section, keys in _preset_sections(root, presets[-1]).items() if section in run
                for key, value in keys.items())
@@ -230,10 +230,11 @@ def _seeded_preset(run: dict) -> str | None:
 
 
 def seed_spread(root: Path) -> str:
-    """Each preset's trained runs per machine (a results file of a class may hold several CPUs) and the commit that
-    trained them: runs, val bpc mean ± sd and range, test mean, and val minus the best static baseline's, from the
-    seeded preset runs of every quality_budget result (runs named "…, seed N" that override only the seed) and the
-    rows of every watchdog_false_alarms result."""
+    """Each preset's trained runs per machine (a results file of a class may hold several CPUs) and their commit (a
+    run's own where it records one, else its file's latest manifest's; "backfilled" as in the results index): runs,
+    val bpc mean ± sd and range, test mean, and val minus the best static baseline's, from the seeded preset runs of
+    every quality_budget result (runs named "…, seed N" that override only the seed) and the rows of every
+    watchdog_false_alarms result."""
     best_static = json.loads((root / LADDER).read_text())
     best_val = next(row["val_bpc"] for row in best_static["rows"] if row["name"] == best_static["best_static"])
     lines = ["| preset | machine (results file) | commit | runs | val bpc: mean ± sd (range) | test bpc | "
@@ -241,23 +242,26 @@ def seed_spread(root: Path) -> str:
     stale = False
     for path in sorted((root / QUALITY).glob("*.json")):
         data = json.loads(path.read_text())
-        seeded = [(preset, run) for run in data["runs"] if (preset := _seeded_preset(run))]
+        seeded = [(preset, run) for run in data["runs"] if "val_bpc" in run and (preset := _seeded_preset(run))]
         for preset in dict.fromkeys(preset for preset, _ in seeded):
             mine = [run for p, run in seeded if p == preset]
             older = "†" if any(older_preset(run, root) for run in mine) else ""
             stale = stale or bool(older)
             machine = f"{data['machine']['cpu']} {data['machine'].get('cpu_family_model', '')}".strip()
             val = [run["val_bpc"] for run in mine]
+            commits = sorted({run.get("commit", data["manifest"]["commit"])[:10] for run in mine})
             lines.append(_spread_row(preset + older, f"{machine} (`quality_budget/{path.stem}`)",
-                                     f"`{data['manifest']['commit'][:10]}`", val, [run["test_bpc"] for run in mine],
+                                     ", ".join(f"`{c}`" for c in commits), val, [run["test_bpc"] for run in mine],
                                      [v - best_val for v in val]))
     for path in sorted((root / WATCHDOG_FALSE_ALARMS).glob("*.json")):
         data = json.loads(path.read_text())
         rows = [row for row in data["rows"] if "val_bpc" in row]
         for preset, machine in dict.fromkeys((row["preset"], row["machine"]) for row in rows):
             mine = [row for row in rows if (row["preset"], row["machine"]) == (preset, machine)]
-            lines.append(_spread_row(preset, f"{machine} (`watchdog_false_alarms/{path.stem}`)",
-                                     f"`{data['manifest']['commit'][:10]}`", [row["val_bpc"] for row in mine],
+            commit = f"`{data['manifest']['commit'][:10]}`" + (" (backfilled)" if data["manifest"].get("backfilled")
+                                                                   else "")
+            lines.append(_spread_row(preset, f"{machine} (`watchdog_false_alarms/{path.stem}`)", commit,
+                                     [row["val_bpc"] for row in mine],
                                      [row["test_bpc"] for row in mine], [row["vs_best_static_bpc"] for row in mine]))
     if stale:
         lines += ["", "†: an older version of the preset trained it."]

@@ -95,8 +95,10 @@ def test_the_seed_spread_takes_seeded_preset_runs_and_the_mixture_the_ngrams_wei
                 "model": model}
 
     runs = [run("budget-72s, seed 1", "train.seed=1", val=2.30), run("budget-72s, seed 2", "train.seed=2", val=2.40),
-            run("budget-72s, lr, seed 3", "train.seed=3", "train.lr=0.1", val=9.0), run("budget-72s preset", val=8.0)]
-    runs[-1].update(best_step=1234, mixture_val_bpc=7.5, mixture_test_bpc=7.4, mixture_weight=0.3)  # w: the model's
+            run("budget-72s, lr, seed 3", "train.seed=3", "train.lr=0.1", val=9.0), run("budget-72s preset", val=8.0),
+            {"name": "budget-72s, seed 4", "overrides": ["experiment=budget-72s", "train.seed=4"],
+             "preflight_failed": ["lr_stability"]}]
+    runs[3].update(best_step=1234, mixture_val_bpc=7.5, mixture_test_bpc=7.4, mixture_weight=0.3)  # w: the model's
     (root / "benchmarks/results/quality_budget/planted-2c.json").write_text(
         json.dumps({"manifest": manifest, "machine": machine, "runs": runs}))
     assert tables(root=root).returncode == 0
@@ -121,12 +123,18 @@ def test_a_run_that_trained_other_preset_train_settings_is_marked_unless_it_chos
                 "model": preset["model"], "train": train}
 
     runs = [run("budget-72s preset", older_alpha),
-            run("budget-72s, no soft targets", {**preset["train"], "distill_alpha": 0.0}, "train.distill_alpha=0")]
+            run("budget-72s, no soft targets", {**preset["train"], "distill_alpha": 0.0}, "+train.distill_alpha=0"),
+            run("budget-72s, seed 1", older_alpha, "train.seed=1"), run("budget-72s, seed 2", preset["train"],
+                                                                     "train.seed=2")]
+    runs[0].update(best_step=10, mixture_val_bpc=1.5, mixture_test_bpc=1.4, mixture_weight=0.5)
     (root / "benchmarks/results/quality_budget/planted-2c.json").write_text(
         json.dumps({"manifest": manifest, "machine": machine, "runs": runs}))
     assert tables(root=root).returncode == 0
     row = next(line for line in (root / "README.md").read_text().splitlines() if line.startswith("| `budget-72s` /"))
     assert row.endswith("| **2.000**† / 2.000 / – |"), row
+    evaluation = (root / "docs/evaluation.md").read_text().splitlines()
+    assert [line.split(" |")[0] for line in evaluation if "planted-2c`" in line] == [
+        "| `experiment=budget-72s`† (best step 10; `planted-2c`)", "| budget-72s†"], "mixture row, then seed spread"
 
 
 def yaml_sections(root, preset: str) -> dict:
