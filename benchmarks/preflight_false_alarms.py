@@ -5,9 +5,10 @@ divergent LRs it must refuse, and the learning bar's calibration (healthy vs bro
     python benchmarks/preflight_false_alarms.py --smoke        # the code paths on the tests' fixture (CI)
 
 For each preset and seed it runs the rehearsal checks (lr_stability, rehearsal_learns) exactly as preflight
-does, with preflight.seed = seed, and records both verdicts, the fixed-batch loss before/after and the largest
-sustained rise. It also records what the previous rule (any single step's loss > the first + 0.5, or the mean of
-the last 3 above the first) would have said. Broken variants plant a bug in the training step or schedule.
+does (towards the preset's soft targets under train.distill_alpha), with preflight.seed = seed, and records both
+verdicts, the fixed-batch loss before/after and the largest sustained rise. It also records what the previous rule
+(any single step's loss > the first + 0.5, or the mean of the last 3 above the first) would have said. Broken
+variants plant a bug in the training step or schedule.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from bench_common import (
     machine_label,
     output_path,
     prepare_project,
+    refresh_tokens,
     synthetic_corpus,
     write_result,
 )
@@ -49,7 +51,8 @@ PRESETS = {"debug": ["experiment=debug"], "production": [], "budget-72s": ["expe
 # calibration machines (docs/data-and-config.md, "Budget shapes"), checked here without timing
 BUDGET_SHAPE = {"budget-72s": "small", "budget-15m": "production"}
 REHEARSAL = ("lr_stability", "rehearsal_learns")
-PREREQUISITES = {"files", "tokenizer", "token_ids"}
+# soft_targets loads what a distilled rehearsal trains towards (the run's objective under train.distill_alpha)
+PREREQUISITES = {"files", "tokenizer", "token_ids", "soft_targets"}
 
 
 BROKEN = {"updates_never_land": ("training_step", zero_grad_between_backward_and_step),
@@ -92,7 +95,7 @@ def rehearse_once(base: Context, params, seed: int, lr: float | None = None) -> 
     run_params = params.model_copy(update={"train": train,
                                            "preflight": params.preflight.model_copy(update={"seed": seed})})
     ctx = Context(params=run_params, root=base.root, device=base.device, model_config=base.model_config,
-                  tokenizer=base.tokenizer, meta=base.meta, splits=base.splits)
+                  tokenizer=base.tokenizer, meta=base.meta, splits=base.splits, soft_targets=base.soft_targets)
     started = time.perf_counter()
     results = {r.name: r for r in run_checks(ctx, CHECKS, only=set(REHEARSAL))}
     record = ctx.rehearsal or {}
@@ -162,10 +165,13 @@ def main(argv: list[str] | None = None) -> int:
         for preset in args.presets:
             shape = [f"shape={BUDGET_SHAPE[preset]}"] if preset in BUDGET_SHAPE else []
             params = compose_project(work, corpus, PRESETS[preset] + shape + args.override)
+            refresh_tokens(work)  # this preset's soft targets (none where soft_targets.order is 0)
             base = base_context(work, params)
             seeds = range(args.first_seed, args.first_seed + args.seeds)
             healthy = [rehearse_once(base, params, s) for s in seeds]
-            entry = {"train_lr": params.train.lr, "precision": params.train.precision, "healthy": summarise(healthy),
+            entry = {"train_lr": params.train.lr, "precision": params.train.precision,
+                     "distill_alpha": params.train.distill_alpha if base.soft_targets is not None else 0.0,
+                     "healthy": summarise(healthy),
                      "healthy_runs": healthy, "divergent": {}, "broken": {}}
             for lr in args.divergent_lrs:
                 rows = [rehearse_once(base, params, s, lr) for s in range(1, 1 + args.divergent_seeds)]

@@ -203,8 +203,10 @@ def preflight_false_alarms(root: Path) -> str:
         for preset, result in json.loads(path.read_text())["presets"].items():
             healthy, slow, fast = result["healthy"], result["divergent"]["0.1"], result["divergent"]["1.0"]
             broken = result["broken"]
+            # a rehearsal towards soft targets says so; older files did not load them (and do not say)
+            alpha = f", α {result['distill_alpha']:g}" if result.get("distill_alpha") else ""
             lines.append(
-                f"| {preset} ({result['train_lr']:g}, {result['precision']}; `{path.stem}`) | "
+                f"| {preset} ({result['train_lr']:g}, {result['precision']}{alpha}; `{path.stem}`) | "
                 f"**{healthy['failed']}**/{healthy['runs']} | {healthy['old_rule_alarms']} | "
                 f"{healthy['below_unigram_min']:.3f} … {healthy['below_unigram_max']:.3f} | "
                 f"{slow['below_unigram_min']:.3f} … {slow['below_unigram_max']:.3f}; refused {_refusals(slow)} | "
