@@ -217,7 +217,10 @@ def test_two_queue_workers_at_once_each_train_their_own_run_on_their_share_of_th
     swept = project.dvc("exp", "run", "--run-all", "-j", "2", check=False)
     assert swept.returncode == 0, swept.stdout[-3000:] + swept.stderr[-3000:]
     assert "another trainer is running" not in swept.stdout + swept.stderr
-    assert sorted(project.stages_run(swept.stdout)) == sorted(LR_STAGES * 4), swept.stdout[-6000:]
+    # no data stage reruns; the combined output of two workers can lack one worker's stage lines, so what each
+    # experiment trained is read from its own files below
+    ran = project.stages_run(swept.stdout)
+    assert ran and set(ran) <= set(LR_STAGES), swept.stdout[-6000:]
 
     shown = json.loads(project.dvc("exp", "show", "--json").stdout)
     experiments = [run for rev in shown for e in (rev.get("experiments") or []) for run in e["revs"] if run.get("name")]
