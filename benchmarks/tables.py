@@ -56,6 +56,7 @@ def _class_title(path: Path, result: dict) -> str:
     return f"{path.stem} ({machine['cpu']} {machine.get('cpu_family_model', '')})".replace(" )", ")")
 
 
+OLDER_PRESET_NOTE = "†: an older version of the preset trained it."
 RECORDED_SECTIONS = ("model", "train", "soft_targets")  # what a quality_budget run records of its configuration
 
 
@@ -105,7 +106,7 @@ def quality(root: Path) -> str:
     sources = ", ".join(f"`{(QUALITY / path.name).as_posix()}`" for path, _ in results)
     note = (f"Baselines: `{LADDER.as_posix()}` (exact counts: the same on every machine); the presets and the nanoGPT "
             f"recipe: {sources}, one seed per cell; each file's manifest holds its command, commit and machine."
-            + (" †: an older version of the preset trained it." if stale else ""))
+            + (f" {OLDER_PRESET_NOTE}" if stale else ""))
     lines += ["", *textwrap.wrap(note, 116, break_on_hyphens=False, break_long_words=False)]
     return "\n".join(lines) + "\n"
 
@@ -179,7 +180,7 @@ def mixture(root: Path) -> str:
                          f"{pair(run['val_bpc'], run['test_bpc'])} | {pair(nine['val_bpc'], nine['test_bpc'])} | "
                          f"{pair(run['mixture_val_bpc'], run['mixture_test_bpc'])} | {1 - run['mixture_weight']:.2f} |")
     if stale:
-        lines += ["", "†: an older version of the preset trained it."]
+        lines += ["", OLDER_PRESET_NOTE]
     return "\n".join(lines) + "\n"
 
 
@@ -266,7 +267,7 @@ def seed_spread(root: Path) -> str:
                                      [row["val_bpc"] for row in mine],
                                      [row["test_bpc"] for row in mine], [row["vs_best_static_bpc"] for row in mine]))
     if stale:
-        lines += ["", "†: an older version of the preset trained it."]
+        lines += ["", OLDER_PRESET_NOTE]
     return "\n".join(lines) + "\n"
 
 

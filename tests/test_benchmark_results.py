@@ -88,7 +88,7 @@ def test_the_seed_spread_takes_seeded_preset_runs_and_the_mixture_the_ngrams_wei
     root = copy_documents(tmp_path)
     machine = {"cpu": "Planted CPU", "cpu_family_model": "1/2", "isa": ["avx2"], "cores": 2, "torch": "x"}
     manifest = {"command": "planted", "commit": "0123456789abcdef", "date": "2026-01-01", "machine": machine}
-    model = yaml_model(root, "budget-72s")
+    model = yaml_sections(root, "budget-72s")["model"]
 
     def run(name, *overrides, val=2.0, test=1.9):
         return {"name": name, "overrides": ["experiment=budget-72s", *overrides], "val_bpc": val, "test_bpc": test,
@@ -138,16 +138,12 @@ def test_a_run_that_trained_other_preset_train_settings_is_marked_unless_it_chos
 
 
 def yaml_sections(root, preset: str) -> dict:
+    """The sections a preset sets, as a run of it records them (tests never import benchmarks/)."""
     import yaml
 
     return yaml.safe_load((root / "conf/experiment" / f"{preset}.yaml").read_text())
 
 
-def yaml_model(root, preset: str) -> dict:
-    """The `model` keys a preset sets, as a run of it records them (tests never import benchmarks/)."""
-    import yaml
-
-    return dict((yaml.safe_load((root / "conf/experiment" / f"{preset}.yaml").read_text()) or {}).get("model") or {})
 
 
 def test_a_typed_table_with_three_decimal_figures_outside_the_markers_fails_the_check(tmp_path):
