@@ -269,3 +269,21 @@ def run_shapes(measure, args, benchmark: str) -> None:
 BUDGET_SMOKE = ["machine=none", "shape=small", "train.precision=fp32", "train.max_seconds=3", "model.embedding_dim=32",
                 "model.num_heads=2", "model.num_layers=1", "model.block_size=32", "train.warmup_steps=10",
                 "train.lr=0.01"]
+
+
+def trained_smoke_project(prefix: str) -> Path:
+    """A scratch project on the synthetic fixture holding a checkpoint of a 3-second budget-72s run (BUDGET_SMOKE),
+    through the real gate: what the benchmarks that read a trained checkpoint use for --smoke."""
+    from minigpt.preflight.suite import run_preflight
+    from minigpt.train.loop import train
+
+    scratch = Path(tempfile.mkdtemp(prefix=prefix))
+    corpus, work = synthetic_corpus(scratch / "corpus"), scratch / "project"
+    prepare_project(work, corpus)
+    params = compose_project(work, corpus, ["experiment=budget-72s", *BUDGET_SMOKE, "train.sample_length=0"])
+    refresh_tokens(work)  # the budget preset's soft targets
+    report = run_preflight(params, work)
+    if not report["passed"]:
+        raise SystemExit(f"the smoke run's preflight failed: {report['failed']}")
+    train(params, work, out=lambda _message: None)
+    return work

@@ -16,44 +16,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from bench_common import (
-    BUDGET_SMOKE,
-    ROOT,
-    compose_project,
-    machine_label,
-    prepare_project,
-    refresh_tokens,
-    synthetic_corpus,
-)
+from bench_common import ROOT, machine_label, trained_smoke_project
 from minigpt.core.io_utils import atomic_write_text
 from minigpt.core.paths import BEST_CHECKPOINT, ENCODED_DIR
 from minigpt.data.encode import load_ids
 from minigpt.evaluate.mixture import mixture_figures
 from minigpt.evaluate.scoring import target_nll
 from minigpt.model.checkpoint import load_checkpoint, model_from_checkpoint
-from minigpt.preflight.suite import run_preflight
-from minigpt.train.loop import train
-
-
-def smoke_project() -> Path:
-    """A scratch project on the synthetic fixture with a checkpoint from a 3-second budget-72s run."""
-    scratch = Path(tempfile.mkdtemp(prefix="minigpt-mixture-"))
-    corpus, work = synthetic_corpus(scratch / "corpus"), scratch / "project"
-    prepare_project(work, corpus)
-    params = compose_project(work, corpus, ["experiment=budget-72s", *BUDGET_SMOKE, "train.sample_length=0"])
-    refresh_tokens(work)  # the budget preset's soft targets
-    report = run_preflight(params, work)
-    if not report["passed"]:
-        raise SystemExit(f"the smoke run's preflight failed: {report['failed']}")
-    train(params, work, out=lambda _message: None)
-    return work
 
 
 def main() -> None:
@@ -65,7 +40,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.smoke:
-        args.work, args.orders = smoke_project(), [3, 5]
+        args.work, args.orders = trained_smoke_project("minigpt-mixture-"), [3, 5]
     checkpoint = load_checkpoint(args.work / BEST_CHECKPOINT)
     model = model_from_checkpoint(checkpoint, torch.device("cpu"), "best")
     ids = {split: load_ids(args.work / ENCODED_DIR, split) for split in ("train", "val", "test")}

@@ -140,6 +140,8 @@ def one_run(name: str, overrides: list[str], work: Path, corpus: Path) -> dict:
             "tokenizer": params.section_dict("tokenizer"), "train": params.section_dict("train"),
             "soft_targets": params.section_dict("soft_targets"),
             "dynamic_val_bpc": metrics["dynamic"]["val"]["bpc"] if "dynamic" in metrics else None,
+            "dynamic_evaluation": {"lr": params.evaluate.dynamic_lr, "streams": params.evaluate.dynamic_streams}
+            if "dynamic" in metrics else None,
             "mixture_val_bpc": metrics["mixture"]["val"]["bpc"] if "mixture" in metrics else None,
             "mixture_test_bpc": metrics["mixture"]["test"]["bpc"] if "mixture" in metrics else None,
             "mixture_weight": metrics["mixture"]["weight"] if "mixture" in metrics else None,

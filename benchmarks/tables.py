@@ -57,6 +57,20 @@ def _class_title(path: Path, result: dict) -> str:
 
 
 OLDER_PRESET_NOTE = "†: an older version of the preset trained it."
+EVALUATE_DEFAULTS = Path("conf/evaluate/default.yaml")
+# a figure a run recorded under one key with the settings it used under another, and the evaluate keys they mirror
+EVALUATED_WITH = {"dynamic_val_bpc": ("dynamic_evaluation", {"lr": "dynamic_lr", "streams": "dynamic_streams"})}
+
+
+def older_evaluation(run: dict, key: str, root: Path) -> dict | None:
+    """The settings a run's figure `key` was computed with where they differ from conf/evaluate/default.yaml's now
+    (a run that recorded none counts as differing), else None; figures without such settings: None."""
+    if key not in EVALUATED_WITH or run.get(key) is None:
+        return None
+    record, keys = EVALUATED_WITH[key]
+    defaults = yaml.safe_load((root / EVALUATE_DEFAULTS).read_text())
+    used = run.get(record) or {}
+    return used if any(used.get(mine) != defaults[theirs] for mine, theirs in keys.items()) else None
 RECORDED_SECTIONS = ("model", "train", "soft_targets")  # what a quality_budget run records of its configuration
 
 
@@ -64,14 +78,16 @@ def older_preset(run: dict, root: Path) -> bool:
     """True when a preset's run trained another configuration than the preset composes now: a key its
     conf/experiment/ file sets under a section the run recorded (`model`; `train` and `soft_targets` in newer runs)
     that the recorded section lacks or has at another value. Keys the run's own overrides set are its choice, not the
-    preset's (a run without soft targets overrides `train.distill_alpha`)."""
+    preset's (a run without soft targets overrides `train.distill_alpha`); a run that built no soft targets
+    (`soft_targets.order` 0) is not older for the other `soft_targets` keys, which then change nothing."""
     presets = [o.split("=", 1)[1] for o in run.get("overrides", []) if o.startswith("experiment=")]
     if not presets:
         return False
     own = {o.split("=", 1)[0].lstrip("+~") for o in run["overrides"]}
+    inert = {"soft_targets"} if run.get("soft_targets", {}).get("order") == 0 else set()
     return any(f"{section}.{key}" not in own and run[section].get(key) != value
                for section, keys in _preset_sections(root, presets[-1]).items() if section in run
-               for key, value in keys.items())
+               and section not in inert for key, value in keys.items())
 
 
 @functools.cache
@@ -92,21 +108,28 @@ def quality(root: Path) -> str:
         name = name or ladder["best_static"]
         value = _figure(baselines[name]["val_bpc"])
         lines.append(f"| {label.format(best=name)} | " + " | ".join(value for _ in results) + " |")
-    stale = False
+    stale, evaluated_otherwise = False, []
     for label, figures in RUN_ROWS:
         cells = []
         for _path, result in results:
             runs = {run["name"]: run for run in result["runs"]}
-            values = [_figure(runs.get(name, {}).get(key), bold=i == 0 and len(figures) > 1)
-                      + ("†" if name in runs and older_preset(runs[name], root) else "")
-                      for i, (name, key) in enumerate(figures)]
-            stale = stale or any(v.endswith("†") for v in values)
+            values = []
+            for i, (name, key) in enumerate(figures):
+                run = runs.get(name, {})
+                older = older_evaluation(run, key, root)
+                if older is not None:
+                    evaluated_otherwise.append(", ".join(f"{k} {v}" for k, v in older.items()) or "not recorded")
+                values.append(_figure(run.get(key), bold=i == 0 and len(figures) > 1)
+                              + ("†" if run and older_preset(run, root) else "") + ("‡" if older is not None else ""))
+            stale = stale or any("†" in v for v in values)
             cells.append(" / ".join(values))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     sources = ", ".join(f"`{(QUALITY / path.name).as_posix()}`" for path, _ in results)
     note = (f"Baselines: `{LADDER.as_posix()}` (exact counts: the same on every machine); the presets and the nanoGPT "
             f"recipe: {sources}, one seed per cell; each file's manifest holds its command, commit and machine."
-            + (f" {OLDER_PRESET_NOTE}" if stale else ""))
+            + (f" {OLDER_PRESET_NOTE}" if stale else "")
+            + (f" ‡: evaluated with other settings than `{EVALUATE_DEFAULTS.as_posix()}` sets now ("
+               + "; ".join(sorted(set(evaluated_otherwise))) + ")." if evaluated_otherwise else ""))
     lines += ["", *textwrap.wrap(note, 116, break_on_hyphens=False, break_long_words=False)]
     return "\n".join(lines) + "\n"
 
@@ -299,9 +322,28 @@ def exp_run_time(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+DYNAMIC_SETTINGS = RESULTS / "dynamic_settings"
+
+
+def dynamic_settings(root: Path) -> str:
+    """Per checkpoint (a results file each), dynamic evaluation's val and test bpc for each (lr, streams) compared,
+    with the Adam steps and seconds a split took; the setting conf/evaluate/default.yaml ships in bold."""
+    defaults = yaml.safe_load((root / EVALUATE_DEFAULTS).read_text())
+    lines = ["| checkpoint (results file) | lr | streams | val bpc | test bpc | steps per val | seconds per val |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for path in sorted((root / DYNAMIC_SETTINGS).glob("*.json")):
+        result = json.loads(path.read_text())
+        where = f"{result['checkpoint']['label']}, best step {result['checkpoint']['best_step']:,} (`{path.stem}`)"
+        for row in result["rows"]:
+            shipped = (row["lr"], row["streams"]) == (defaults["dynamic_lr"], defaults["dynamic_streams"])
+            lines.append(f"| {where} | {row['lr']:g} | {row['streams']} | {_figure(row['val']['bpc'], shipped)} | "
+                         f"{_figure(row['test']['bpc'])} | {row['val']['steps']:,} | {row['val']['seconds']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
 TABLES = {"quality": quality, "results-index": results_index, "baselines": baselines, "mixture": mixture,
           "preflight-false-alarms": preflight_false_alarms, "seed-spread": seed_spread, "discount-grid": discount_grid,
-          "exp-run-time": exp_run_time}
+          "exp-run-time": exp_run_time, "dynamic-settings": dynamic_settings}
 
 
 def documents(root: Path) -> list[Path]:

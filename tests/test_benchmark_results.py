@@ -46,6 +46,7 @@ def copy_documents(tmp_path):
     shutil.copytree(REPO_ROOT / "docs", tmp_path / "docs")
     shutil.copytree(REPO_ROOT / "benchmarks/results", tmp_path / "benchmarks/results")
     shutil.copytree(REPO_ROOT / "conf/experiment", tmp_path / "conf/experiment")
+    shutil.copytree(REPO_ROOT / "conf/evaluate", tmp_path / "conf/evaluate")
     return tmp_path
 
 
@@ -135,6 +136,49 @@ def test_a_run_that_trained_other_preset_train_settings_is_marked_unless_it_chos
     evaluation = (root / "docs/evaluation.md").read_text().splitlines()
     assert [line.split(" |")[0] for line in evaluation if "planted-2c`" in line] == [
         "| `experiment=budget-72s`† (best step 10; `planted-2c`)", "| budget-72s†"], "mixture row, then seed spread"
+
+
+def test_other_soft_target_settings_mark_a_preset_run_but_not_a_run_that_built_no_soft_targets(tmp_path):
+    root = copy_documents(tmp_path)
+    machine = {"cpu": "Planted CPU", "cpu_family_model": "1/2", "isa": ["avx2"], "cores": 2, "torch": "x"}
+    manifest = {"command": "planted", "commit": "0123456789abcdef", "date": "2026-01-01", "machine": machine}
+    preset = yaml_sections(root, "budget-72s")
+    older = {**preset["soft_targets"], "top": preset["soft_targets"].get("top", 16) + 1}
+
+    def run(name, soft_targets, *overrides):
+        return {"name": name, "overrides": ["experiment=budget-72s", *overrides], "val_bpc": 2.0, "test_bpc": 1.9,
+                "model": preset["model"], "train": preset["train"], "soft_targets": soft_targets}
+
+    runs = [run("budget-72s preset", older), run("budget-72s, no soft targets", {**older, "order": 0},
+                                                 "train.distill_alpha=0", "soft_targets.order=0")]
+    (root / "benchmarks/results/quality_budget/planted-2c.json").write_text(
+        json.dumps({"manifest": manifest, "machine": machine, "runs": runs}))
+    assert tables(root=root).returncode == 0
+    row = next(line for line in (root / "README.md").read_text().splitlines() if line.startswith("| `budget-72s` /"))
+    assert row.endswith("| **2.000**† / 2.000 / – |"), row
+
+
+def test_a_dynamic_figure_evaluated_with_other_settings_than_evaluates_defaults_now_is_marked(tmp_path):
+    import yaml
+
+    root = copy_documents(tmp_path)
+    defaults = yaml.safe_load((root / "conf/evaluate/default.yaml").read_text())
+    current = {"lr": defaults["dynamic_lr"], "streams": defaults["dynamic_streams"]}
+    machine = {"cpu": "Planted CPU", "cpu_family_model": "1/2", "isa": ["avx2"], "cores": 2, "torch": "x"}
+    for name, settings in (("planted-2c", current), ("planted-4c", {**current, "streams": 99}), ("planted-8c", None)):
+        run = {"name": "budget-15m preset", "overrides": ["experiment=budget-15m"], "val_bpc": 2.0, "test_bpc": 1.9,
+               "dynamic_val_bpc": 1.5, "dynamic_evaluation": settings, "model": yaml_sections(root, "budget-15m")
+               .get("model", {})}
+        manifest = {"command": "planted", "commit": "0123456789abcdef", "date": "2026-01-01", "machine": machine}
+        (root / f"benchmarks/results/quality_budget/{name}.json").write_text(
+            json.dumps({"manifest": manifest, "machine": machine, "runs": [run]}))
+    assert tables(root=root).returncode == 0
+    readme = (root / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `budget-15m`, dynamic evaluation"))
+    assert row.endswith("| 1.500 | 1.500‡ | 1.500‡ |"), "planted-2c: today's settings; 4c: 99 streams; 8c: none"
+    note = " ".join(readme[readme.index("‡: evaluated"):].split())
+    assert note.startswith("‡: evaluated with other settings than `conf/evaluate/default.yaml` sets now (lr "), note
+    assert "streams 99" in note and "not recorded" in note, note
 
 
 def yaml_sections(root, preset: str) -> dict:
