@@ -38,7 +38,7 @@ def setting(text: str) -> tuple[float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / ".work", help="a trained project folder")
-    parser.add_argument("--label", default="", help="what trained the checkpoint (recorded with the results)")
+    parser.add_argument("--label", help="what trained the checkpoint, recorded with the results (default: --work)")
     parser.add_argument("--settings", nargs="+", type=setting, default=[setting(s) for s in DEFAULT_SETTINGS],
                         metavar="LR,STREAMS")
     parser.add_argument("--smoke", action="store_true", help="train 3 s on the synthetic fixture first (CI)")
@@ -47,6 +47,7 @@ def main() -> None:
     if args.smoke:
         args.work, args.label = trained_smoke_project("minigpt-dynamic-"), "smoke: budget-72s, 3 s, fixture"
         args.settings = [(1e-4, 4), (1e-4, 1)]
+    label = args.label or str(args.work)
     device = torch.device("cpu")
     model, tokenizer, checkpoint = load_trained_model(args.work / BEST_CHECKPOINT, args.work / TOKENIZER_FILE, device)
     precision = choose_evaluation_precision(model, "auto", EVALUATION_BATCH, device)["choice"]
@@ -64,9 +65,10 @@ def main() -> None:
         print(f"lr {lr:g}, {streams} stream(s): val {row['val']['bpc']:.4f} ({row['val']['steps']} steps, "
               f"{row['val']['seconds']:.0f} s), test {row['test']['bpc']:.4f}", flush=True)
     out = output_path(args.out, "dynamic_settings", args.smoke)
-    write_result(out, {"machine": machine_label(), "checkpoint": {
-        "label": args.label, "best_step": checkpoint.get("best_step"), "model": checkpoint["config"]},
-        "precision": precision, "stride": stride, "rows": rows})
+    best_step = checkpoint.get("best_step", checkpoint.get("step"))
+    write_result(out, {"machine": machine_label(),
+                       "checkpoint": {"label": label, "best_step": best_step, "model": checkpoint["config"]},
+                       "precision": precision, "stride": stride, "rows": rows})
     print(f"wrote {out}")
 
 

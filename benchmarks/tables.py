@@ -64,13 +64,18 @@ EVALUATED_WITH = {"dynamic_val_bpc": ("dynamic_evaluation", {"lr": "dynamic_lr",
 
 def older_evaluation(run: dict, key: str, root: Path) -> dict | None:
     """The settings a run's figure `key` was computed with where they differ from conf/evaluate/default.yaml's now
-    (a run that recorded none counts as differing), else None; figures without such settings: None."""
+    (only the keys that differ; one the run did not record counts as differing), else None; figures without such
+    settings: None."""
     if key not in EVALUATED_WITH or run.get(key) is None:
         return None
     record, keys = EVALUATED_WITH[key]
     defaults = yaml.safe_load((root / EVALUATE_DEFAULTS).read_text())
     used = run.get(record) or {}
-    return used if any(used.get(mine) != defaults[theirs] for mine, theirs in keys.items()) else None
+    differing = {mine: used.get(mine, "not recorded") for mine, theirs in keys.items()
+                 if used.get(mine) != defaults[theirs]}
+    return differing or None
+
+
 RECORDED_SECTIONS = ("model", "train", "soft_targets")  # what a quality_budget run records of its configuration
 
 
@@ -84,7 +89,7 @@ def older_preset(run: dict, root: Path) -> bool:
     if not presets:
         return False
     own = {o.split("=", 1)[0].lstrip("+~") for o in run["overrides"]}
-    inert = {"soft_targets"} if run.get("soft_targets", {}).get("order") == 0 else set()
+    inert = {"soft_targets"} if (run.get("soft_targets") or {}).get("order") == 0 else set()
     return any(f"{section}.{key}" not in own and run[section].get(key) != value
                for section, keys in _preset_sections(root, presets[-1]).items() if section in run
                and section not in inert for key, value in keys.items())
@@ -118,7 +123,7 @@ def quality(root: Path) -> str:
                 run = runs.get(name, {})
                 older = older_evaluation(run, key, root)
                 if older is not None:
-                    evaluated_otherwise.append(", ".join(f"{k} {v}" for k, v in older.items()) or "not recorded")
+                    evaluated_otherwise.append(", ".join(f"{k} {v}" for k, v in older.items()))
                 values.append(_figure(run.get(key), bold=i == 0 and len(figures) > 1)
                               + ("†" if run and older_preset(run, root) else "") + ("‡" if older is not None else ""))
             stale = stale or any("†" in v for v in values)
@@ -326,14 +331,16 @@ DYNAMIC_SETTINGS = RESULTS / "dynamic_settings"
 
 
 def dynamic_settings(root: Path) -> str:
-    """Per checkpoint (a results file each), dynamic evaluation's val and test bpc for each (lr, streams) compared,
-    with the Adam steps and seconds a split took; the setting conf/evaluate/default.yaml ships in bold."""
+    """Per results file (a machine class each, one checkpoint), dynamic evaluation's val and test bpc for each
+    (lr, streams) compared, with the Adam steps and seconds a split took; the setting conf/evaluate/default.yaml
+    ships in bold."""
     defaults = yaml.safe_load((root / EVALUATE_DEFAULTS).read_text())
     lines = ["| checkpoint (results file) | lr | streams | val bpc | test bpc | steps per val | seconds per val |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for path in sorted((root / DYNAMIC_SETTINGS).glob("*.json")):
         result = json.loads(path.read_text())
-        where = f"{result['checkpoint']['label']}, best step {result['checkpoint']['best_step']:,} (`{path.stem}`)"
+        step = result["checkpoint"]["best_step"]
+        where = f"{result['checkpoint']['label']}, best step {'–' if step is None else f'{step:,}'} (`{path.stem}`)"
         for row in result["rows"]:
             shipped = (row["lr"], row["streams"]) == (defaults["dynamic_lr"], defaults["dynamic_streams"])
             lines.append(f"| {where} | {row['lr']:g} | {row['streams']} | {_figure(row['val']['bpc'], shipped)} | "

@@ -178,7 +178,33 @@ def test_a_dynamic_figure_evaluated_with_other_settings_than_evaluates_defaults_
     assert row.endswith("| 1.500 | 1.500‡ | 1.500‡ |"), "planted-2c: today's settings; 4c: 99 streams; 8c: none"
     note = " ".join(readme[readme.index("‡: evaluated"):].split())
     assert note.startswith("‡: evaluated with other settings than `conf/evaluate/default.yaml` sets now (lr "), note
-    assert "streams 99" in note and "not recorded" in note, note
+    listed = note.split("sets now (", 1)[1].split(")", 1)[0].split("; ")
+    assert {"streams 99", "lr not recorded, streams not recorded"} <= set(listed), listed
+    assert not any("lr 0.0001" in item for item in listed), "only the settings that differ from today's"
+
+
+def test_the_dynamic_settings_table_bolds_the_shipped_setting_only(tmp_path):
+    import yaml
+
+    root = copy_documents(tmp_path)
+    defaults = yaml.safe_load((root / "conf/evaluate/default.yaml").read_text())
+    machine = {"cpu": "Planted CPU", "cpu_family_model": "1/2", "isa": ["avx2"], "cores": 2, "torch": "x"}
+    manifest = {"command": "planted", "commit": "0123456789abcdef", "date": "2026-01-01", "machine": machine}
+
+    def row(lr, streams, val):
+        return {"lr": lr, "streams": streams, "val": {"bpc": val, "steps": 1000, "seconds": 12.4},
+                "test": {"bpc": val - 0.1, "steps": 1100, "seconds": 13.0}}
+
+    rows = [row(defaults["dynamic_lr"], defaults["dynamic_streams"], 1.5), row(3e-4, 7, 1.6)]
+    folder = root / "benchmarks/results/dynamic_settings"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "planted-2c.json").write_text(json.dumps({"manifest": manifest, "machine": machine, "rows": rows,
+                                                        "checkpoint": {"label": "planted run", "best_step": None}}))
+    assert tables(root=root).returncode == 0
+    lines = [line for line in (root / "docs/evaluation.md").read_text().splitlines() if "`planted-2c`" in line]
+    assert lines == [f"| planted run, best step – (`planted-2c`) | {defaults['dynamic_lr']:g} | "
+                     f"{defaults['dynamic_streams']} | **1.500** | 1.400 | 1,000 | 12 |",
+                     "| planted run, best step – (`planted-2c`) | 0.0003 | 7 | 1.600 | 1.500 | 1,000 | 12 |"], lines
 
 
 def yaml_sections(root, preset: str) -> dict:
