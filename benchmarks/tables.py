@@ -129,9 +129,9 @@ def quality(root: Path) -> str:
             stale = stale or any("†" in v for v in values)
             cells.append(" / ".join(values))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    sources = ", ".join(f"`{(QUALITY / path.name).as_posix()}`" for path, _ in results)
-    note = (f"Baselines: `{LADDER.as_posix()}` (exact counts: the same on every machine); the presets and the nanoGPT "
-            f"recipe: {sources}, one seed per cell; each file's manifest holds its command, commit and machine."
+    sources = f"`{QUALITY.as_posix()}/` (" + ", ".join(f"`{path.name}`" for path, _ in results) + ")"
+    note = (f"Baselines: `{LADDER.as_posix()}` (exact counts: the same on every machine); presets and nanoGPT: "
+            f"{sources}, one seed per cell, each manifest with its command, commit and machine."
             + (f" {OLDER_PRESET_NOTE}" if stale else "")
             + (f" ‡: evaluated with other settings than `{EVALUATE_DEFAULTS.as_posix()}` sets now ("
                + "; ".join(sorted(set(evaluated_otherwise))) + ")." if evaluated_otherwise else ""))
