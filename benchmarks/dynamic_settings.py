@@ -53,12 +53,13 @@ def main() -> None:
     precision = choose_evaluation_precision(model, "auto", EVALUATION_BATCH, device)["choice"]
     stride = max(1, model.config.block_size // 2)
     ids = {split: load_ids(args.work / ENCODED_DIR, split) for split in ("val", "test")}
+    char_counts = tokenizer.char_counts()
     rows = []
     for lr, streams in args.settings:
         row = {"lr": lr, "streams": streams}
         for split, split_ids in ids.items():
             started = time.perf_counter()
-            scored = dynamic_score(model, split_ids, stride, streams, lr, device, precision, tokenizer.char_counts())
+            scored = dynamic_score(model, split_ids, stride, streams, lr, device, precision, char_counts)
             row[split] = {"bpc": scored["bpc"], "steps": scored["steps"], "streams": scored["streams"],
                           "seconds": round(time.perf_counter() - started, 1)}
         rows.append(row)

@@ -69,11 +69,17 @@ def older_evaluation(run: dict, key: str, root: Path) -> dict | None:
     if key not in EVALUATED_WITH or run.get(key) is None:
         return None
     record, keys = EVALUATED_WITH[key]
-    defaults = yaml.safe_load((root / EVALUATE_DEFAULTS).read_text())
+    defaults = _evaluate_defaults(root)
     used = run.get(record) or {}
     differing = {mine: used.get(mine, "not recorded") for mine, theirs in keys.items()
                  if used.get(mine) != defaults[theirs]}
     return differing or None
+
+
+@functools.cache
+def _evaluate_defaults(root: Path) -> dict:
+    """conf/evaluate/default.yaml (read once per run of this module)."""
+    return yaml.safe_load((root / EVALUATE_DEFAULTS).read_text())
 
 
 RECORDED_SECTIONS = ("model", "train", "soft_targets")  # what a quality_budget run records of its configuration
@@ -334,7 +340,7 @@ def dynamic_settings(root: Path) -> str:
     """Per results file (a machine class each, one checkpoint), dynamic evaluation's val and test bpc for each
     (lr, streams) compared, with the Adam steps and seconds a split took; the setting conf/evaluate/default.yaml
     ships in bold."""
-    defaults = yaml.safe_load((root / EVALUATE_DEFAULTS).read_text())
+    defaults = _evaluate_defaults(root)
     lines = ["| checkpoint (results file) | lr | streams | val bpc | test bpc | steps per val | seconds per val |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for path in sorted((root / DYNAMIC_SETTINGS).glob("*.json")):
