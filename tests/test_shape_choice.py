@@ -85,7 +85,8 @@ def test_budget_presets_choose_among_the_calibrated_shapes(tmp_path):
 def test_the_15_minute_small_shape_is_the_72_second_one_with_dropout(tmp_path):
     """budget-15m's small shape adds dropout off the attention weights (its 15 minutes are ~7 passes over wt2-mini
     and overfit without it) and keeps every other key of the small shape; the preset adds the weight average, and
-    only the 72-second preset has the n-gram tables and half of its loss on the soft targets (0.3 at 15 minutes)."""
+    only the 72-second preset has the n-gram tables, batches of 32 windows (16 at 15 minutes) and half of its loss on
+    the soft targets (0.3 at 15 minutes)."""
     short, long = shaped(tmp_path, "budget-72s", "small"), shaped(tmp_path, "budget-15m", "small-regularised")
     short_model, long_model = short.model.model_dump(), long.model.model_dump()
     assert short_model["dropout"] == 0.0 and long_model["dropout"] == 0.1
@@ -94,7 +95,8 @@ def test_the_15_minute_small_shape_is_the_72_second_one_with_dropout(tmp_path):
     short_train, long_train = short.train.model_dump(), long.train.model_dump()
     assert long_train["max_seconds"] == 900 and long_train["ema_decay"] == 0.999 and short_train["ema_decay"] is None
     assert long_train["distill_alpha"] == 0.3 and short_train["distill_alpha"] == 0.5
-    assert {**long_train, "max_seconds": 72, "ema_decay": None, "distill_alpha": 0.5} == short_train
+    assert long_train["batch_size"] == 16 and short_train["batch_size"] == 32
+    assert {**long_train, "max_seconds": 72, "ema_decay": None, "distill_alpha": 0.5, "batch_size": 32} == short_train
     long_production = shaped(tmp_path, "budget-15m", "production").model.model_dump()
     assert {**long_production, **NGRAM_TABLES_72S} == shaped(tmp_path, "budget-72s", "production").model.model_dump()
 
