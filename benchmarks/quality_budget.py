@@ -225,7 +225,8 @@ def seed_groups(results: list[dict]) -> list[dict]:
             by_name.setdefault(name, []).append(r)
     groups = []
     for name, runs in by_name.items():
-        group = {"name": name, "seeds": [r["overrides"][-1] for r in runs]}
+        seeds = [next((o for o in r["overrides"] if o.startswith("train.seed=")), "default seed") for r in runs]
+        group = {"name": name, "seeds": seeds}
         for split in ("val", "test"):
             values = np.array([r[f"{split}_bpc"] for r in runs])
             group[split] = {"bpc": values.tolist(), "mean": float(values.mean()),
