@@ -28,6 +28,7 @@ from bench_common import (
     write_result,
 )
 from minigpt.core.thread_share import available_cores
+from minigpt.testing.dvc_queue import run_queue
 
 
 def scratch_repo(work: Path, corpus: Path) -> dict:
@@ -54,8 +55,7 @@ def sweep(work: Path, env: dict, corpus: Path, lrs: list[float], workers: int, t
     if threads:
         run_env["MINIGPT_THREADS"] = threads
     start = time.perf_counter()
-    result = subprocess.run([*dvc, "run", "--run-all", "-j", str(workers)], cwd=work, capture_output=True, text=True,
-                            env=run_env)
+    result = run_queue([*dvc, "run", "--run-all", "-j", str(workers)], work, run_env)
     seconds = time.perf_counter() - start
     ran = result.stdout.count("Running stage 'train'")
     return {"workers": workers, "threads_per_process": threads or "share (cores / live processes)",

@@ -224,7 +224,10 @@ def test_two_queue_workers_at_once_each_train_their_own_run_on_their_share_of_th
 
     shown = json.loads(project.dvc("exp", "show", "--json").stdout)
     experiments = [run for rev in shown for e in (rev.get("experiments") or []) for run in e["revs"] if run.get("name")]
-    assert len(experiments) == 4 and not any(run.get("error") for run in experiments), shown
+    failed = [run["name"] for run in experiments if run.get("error")]
+    logs = [project.dvc("queue", "logs", name, check=False) for name in failed]
+    assert len(experiments) == 4 and not failed, "\n".join(f"{name}:\n{log.stdout[-4000:]}{log.stderr[-2000:]}"
+                                                          for name, log in zip(failed, logs)) or shown
     summaries = {}
     def read(path: str, rev: str) -> dict:
         return json.loads(project.run(sys.executable, "-c", "import sys, dvc.api; sys.stdout.write(dvc.api.read("

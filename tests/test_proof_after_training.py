@@ -274,6 +274,46 @@ def test_a_resume_that_restores_a_part_wrongly_fails_preflight_and_is_refused_at
         train(params, root, require_gate=False, out=lambda _m: None)
 
 
+def test_the_resume_check_keeps_one_thread_count_while_other_minigpt_processes_come_and_go(project, monkeypatch,
+                                                                                           tmp_path):
+    """Two queue workers at once: the other worker starting or ending between the check's runs changes this
+    process's share of the cores; a float reduction split over another number of threads rounds differently, so the
+    check's three runs (whole, stopped, resumed) must all run on the thread count it started with."""
+    import itertools
+
+    from minigpt.core import thread_share
+    from minigpt.preflight import resume_check
+    from minigpt.preflight.context import Context
+
+    root, source = project
+    params = recompose(root, source, FAST)
+    monkeypatch.setenv(thread_share.REGISTRY_ENV, str(tmp_path / "workers"))
+    monkeypatch.delenv(thread_share.THREADS_ENV, raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    shares = itertools.cycle((2, 1))  # each look at the machine finds the other worker started, then ended
+    monkeypatch.setattr(thread_share, "available_cores", lambda: next(shares))
+    seen = []
+    real_train = resume_check.train
+
+    def train_counting_threads(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        try:
+            return real_train(*args, **kwargs)
+        finally:
+            seen.append(torch.get_num_threads())
+
+    monkeypatch.setattr(resume_check, "train", train_counting_threads)
+    before = torch.get_num_threads()
+    try:
+        with thread_share.ThreadShare():
+            measured = resume_check.check_resume(Context(params=params, root=root, device=torch.device("cpu")))
+            assert len(seen) == 6 and len(set(seen)) == 1, f"threads before/after each run: {seen}"
+            assert thread_share.rebalance() != seen[0], "outside the check, the share is followed again"
+    finally:
+        torch.set_num_threads(before)
+    assert set(measured["parts"].values()) == {"equal"}
+
+
 def test_docs_list_the_reference_of_every_check_and_watchdog_the_code_has():
     import re
 

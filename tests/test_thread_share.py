@@ -68,3 +68,19 @@ def test_every_stage_registers_while_it_runs(alone, tmp_path):
 
     assert stage_main("probe", run, ["--params", str(tmp_path / "params.yaml")]) == 0
     assert seen == [[f"{os.getpid()}.pid"]] and list(alone.glob("*.pid")) == []
+
+
+def test_held_keeps_the_thread_count_while_the_share_changes_and_lets_go_after(alone):
+    with ThreadShare():
+        other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            (alone / f"{other.pid}.pid").write_text(process_start(other.pid))
+            with thread_share.held():
+                assert thread_share.rebalance() == 4 and torch.get_num_threads() == 4
+                with thread_share.held():
+                    pass
+                assert thread_share.rebalance() == 4, "a nested hold that ends does not let go of the outer one"
+            assert thread_share.rebalance() == 2 and torch.get_num_threads() == 2
+        finally:
+            other.kill()
+            other.wait()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from minigpt.core.errors import ConfigError
@@ -26,6 +27,7 @@ THREADS_ENV = "MINIGPT_THREADS"
 REGISTRY_ENV = "MINIGPT_WORKER_DIR"
 
 _active: "ThreadShare | None" = None
+_held = False  # inside held(): rebalance() keeps the thread count
 
 
 def registry() -> Path:
@@ -116,9 +118,22 @@ class ThreadShare:
         return wanted
 
 
+@contextmanager
+def held():
+    """Keeps torch's thread count as it is inside the block, whatever other minigpt processes start or end: a float
+    reduction's result depends on how many threads split it, so runs compared bit for bit must share one count."""
+    global _held
+    outer, _held = _held, True
+    try:
+        yield
+    finally:
+        _held = outer
+
+
 def rebalance() -> int:
-    """Recompute this process's share (the training loop calls it between steps); the thread count in use."""
-    if _active is not None:
+    """Recompute this process's share (the training loop calls it between steps, except inside held()); the thread
+    count in use."""
+    if _active is not None and not _held:
         return _active.apply()
     import torch  # the training loop's caller has it loaded already
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from minigpt.core import thread_share
 from minigpt.core.errors import MinigptError
 from minigpt.core.paths import ENCODED_DIR, LATEST_CHECKPOINT, SOFT_TARGETS_DIR, TOKENIZER_FILE
 from minigpt.model.checkpoint import load_checkpoint
@@ -53,18 +54,20 @@ def check_resume(ctx: Context) -> dict:
     with tempfile.TemporaryDirectory(prefix="minigpt-resume-check-") as scratch:
         whole = _scratch_project(ctx.root, Path(scratch) / "whole")
         parted = _scratch_project(ctx.root, Path(scratch) / "parted")
-        try:
-            train(params, whole, require_gate=False, model_factory=ctx.model_factory, out=quiet, curves_png=False)
+        # one thread count for all three runs, however many minigpt processes start or end meanwhile
+        with thread_share.held():
             try:
-                train(params, parted, require_gate=False, model_factory=ctx.model_factory, out=quiet,
-                      stop_at_step=RESUME_AT, curves_png=False)
-                raise CheckFailed(f"the run asked to stop after step {RESUME_AT} did not stop")
-            except TrainingStopped:
-                pass
-            train(params, parted, require_gate=False, model_factory=ctx.model_factory, out=said.append,
-                  curves_png=False)
-        except MinigptError as exc:
-            raise CheckFailed(f"the interrupted run could not resume: {exc}", {"log": said[-4:]}) from None
+                train(params, whole, require_gate=False, model_factory=ctx.model_factory, out=quiet, curves_png=False)
+                try:
+                    train(params, parted, require_gate=False, model_factory=ctx.model_factory, out=quiet,
+                          stop_at_step=RESUME_AT, curves_png=False)
+                    raise CheckFailed(f"the run asked to stop after step {RESUME_AT} did not stop")
+                except TrainingStopped:
+                    pass
+                train(params, parted, require_gate=False, model_factory=ctx.model_factory, out=said.append,
+                      curves_png=False)
+            except MinigptError as exc:
+                raise CheckFailed(f"the interrupted run could not resume: {exc}", {"log": said[-4:]}) from None
         uninterrupted, resumed = (load_checkpoint(folder / LATEST_CHECKPOINT) for folder in (whole, parted))
     verified = [line for line in said if line.startswith("[train] resume verified")]
     measured = {"stopped_after": RESUME_AT, "steps": RESUME_AT + MORE, "batch_size": params.train.batch_size,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from helpers import REPO_ROOT
 from minigpt.core.compose import compose_params
+from minigpt.testing.dvc_queue import run_captured, run_queue
 
 COPIED = ["dvc.yaml", "conf", "stages", "minigpt", ".dvc/config", ".dvcignore", ".gitignore"]
 
@@ -52,7 +53,8 @@ class DvcProject:
         compose_params(self.root / "params.yaml", self.root / "conf", overrides)
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        result = subprocess.run(list(args), cwd=self.root, env=self.env, capture_output=True, text=True)
+        runner = run_queue if "--run-all" in args else run_captured
+        result = runner(list(args), self.root, self.env)
         if check and result.returncode != 0:
             raise AssertionError(f"{' '.join(args)} exited {result.returncode}\n{result.stdout}\n{result.stderr}")
         return result
