@@ -161,7 +161,7 @@ def test_with_a_stored_choice_preflight_times_nothing_and_train_trains_params_ya
     monkeypatch.setattr(precision, "interleaved_seconds", lambda *a, **k: timings.append(a) or {})
     monkeypatch.setattr(precision_choice, "measure_training", lambda *a, **k: timings.append(a) or {})
     params = recompose(root, source, [*TINY_RUN, "train.lr=0.02"], conf)
-    run_stage(root, "soft_targets")  # the preset's soft targets (soft_targets.order 7)
+    run_stage(root, "soft_targets")  # the preset's soft targets (soft_targets.order 9)
     report = run_preflight(params, root)
     assert report["passed"], report["failed"]
     assert timings == [], "preflight proves the run; it does not time it"

@@ -120,8 +120,9 @@ class ThreadShare:
 
 @contextmanager
 def held():
-    """Keeps torch's thread count as it is inside the block, whatever other minigpt processes start or end: a float
-    reduction's result depends on how many threads split it, so runs compared bit for bit must share one count."""
+    """Inside the block rebalance() leaves torch's thread count as it is, whatever other minigpt processes start or
+    end: a float reduction's result depends on how many threads split it, so runs compared bit for bit must share
+    one count."""
     global _held
     outer, _held = _held, True
     try:
@@ -131,8 +132,8 @@ def held():
 
 
 def rebalance() -> int:
-    """Recompute this process's share (the training loop calls it between steps, except inside held()); the thread
-    count in use."""
+    """Recompute this process's share (the training loop calls it between steps; inside held() it changes nothing);
+    the thread count in use."""
     if _active is not None and not _held:
         return _active.apply()
     import torch  # the training loop's caller has it loaded already
