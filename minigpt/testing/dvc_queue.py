@@ -15,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from minigpt.core.processes import process_running
+
 WORKER_PIDS = Path(".dvc/tmp/exps/celery")  # dvc-exp-worker-N.pid, under the repository root
 
 
@@ -52,17 +54,9 @@ def stop_leftover_workers(root: Path, wait_s: float = 10.0) -> list[int]:
             os.kill(pid, signal.SIGTERM)
             stopped.append(pid)
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and any(_running(pid) for pid in stopped):
+    while time.monotonic() < deadline and any(process_running(pid) for pid in stopped):
         time.sleep(0.1)
     return stopped
-
-
-def _running(pid: int) -> bool:
-    """Whether the process still runs (an exited one its parent has not reaped yet does not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def run_queue(args: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
