@@ -1,10 +1,12 @@
 """Muon's orthogonalisation on this CPU: the budget shapes' fp32 training step with Newton-Schulz in bf16
 (torch.optim.Muon's), in fp32 one matrix at a time, and in fp32 with the matrices of one shape orthogonalised
-together as one batch (what an fp32 run does now, minigpt/train/muon.py), measured side by side in interleaved
-rounds. (A bf16 run orthogonalises in bf16, one matrix at a time, as torch does; whether bf16 or fp32 trains
-faster on a machine is what preflight times, train.precision=auto.)
+together as one batch (what an fp32 run does, minigpt/train/muon.py), measured side by side in interleaved rounds.
+With --precision bf16, the bf16 step (a CPU with bf16 instructions) orthogonalising in bf16 one matrix at a time
+(torch's) and by shape (what a bf16 run does). Whether bf16 or fp32 trains faster on a machine is what `make
+machine` times (train.precision=auto).
 
-    python benchmarks/muon_precision.py --out benchmarks/results/muon_precision_<machine>.json
+    python benchmarks/muon_precision.py --out benchmarks/results/muon_precision/<machine class>.json
+    python benchmarks/muon_precision.py --precision bf16 --out benchmarks/results/muon_precision/<class>-bf16.json
     python benchmarks/muon_precision.py --smoke        # seconds (CI): tiny model, one round
 """
 
@@ -19,9 +21,11 @@ from minigpt.model.gpt import MiniGPT, MiniGPTConfig
 from minigpt.train import train_step
 
 # (name, training precision, Muon's orthogonalisation precision, same-shaped matrices together)
-MODES = [("fp32 step, orthogonalised in bf16 (torch's)", "fp32", "bf16", False),
-         ("fp32 step, in fp32 one matrix at a time", "fp32", "fp32", False),
-         ("fp32 step, in fp32 by shape (now)", "fp32", "fp32", True)]
+MODES = {"fp32": [("fp32 step, orthogonalised in bf16 (torch's)", "fp32", "bf16", False),
+                  ("fp32 step, in fp32 one matrix at a time", "fp32", "fp32", False),
+                  ("fp32 step, in fp32 by shape (now)", "fp32", "fp32", True)],
+         "bf16": [("bf16 step, in bf16 one matrix at a time (torch's)", "bf16", "bf16", False),
+                  ("bf16 step, in bf16 by shape (now)", "bf16", "bf16", True)]}
 
 
 def make_runner(params, precision: str, orthogonalise: str, by_shape: bool):
@@ -37,18 +41,23 @@ def make_runner(params, precision: str, orthogonalise: str, by_shape: bool):
     return step
 
 
-def measure(shape: str, overrides: list[str], steps: int, rounds: int, scratch: Path) -> dict:
-    params = shape_params(shape, overrides, scratch)
-    inputs, targets = random_batch(params)
-    runners = {name: make_runner(params, *mode) for name, *mode in MODES}
-    for runner in runners.values():  # the optimizer state exists, and the precision is set, from here on
-        runner(inputs, targets)
-    return shape_rates(shape, params, interleaved_rates(runners, inputs, targets, steps, rounds), MODES[0][0])
+def measurer(modes: list[tuple]):
+    def measure(shape: str, overrides: list[str], steps: int, rounds: int, scratch: Path) -> dict:
+        params = shape_params(shape, overrides, scratch)
+        inputs, targets = random_batch(params)
+        runners = {name: make_runner(params, *mode) for name, *mode in modes}
+        for runner in runners.values():  # the optimizer state exists, and the precision is set, from here on
+            runner(inputs, targets)
+        return shape_rates(shape, params, interleaved_rates(runners, inputs, targets, steps, rounds), modes[0][0])
+
+    return measure
 
 
 def main() -> None:
-    args = timing_parser(__doc__, steps=5, rounds=3).parse_args()
-    run_shapes(measure, args, "muon_precision")
+    parser = timing_parser(__doc__, steps=5, rounds=3)
+    parser.add_argument("--precision", choices=sorted(MODES), default="fp32", help="the training step's precision")
+    args = parser.parse_args()
+    run_shapes(measurer(MODES[args.precision]), args, "muon_precision")
 
 if __name__ == "__main__":
     main()

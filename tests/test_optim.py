@@ -116,14 +116,15 @@ def test_newton_schulz_of_a_stack_is_each_matrix_own_up_to_rounding():
         assert torch.allclose(together, alone, atol=1e-5), (together - alone).abs().max()
 
 
-def test_muon_in_fp32_orthogonalises_same_shaped_matrices_together_with_the_same_result(monkeypatch):
+@pytest.mark.parametrize("precision, tolerance", [("fp32", 1e-6), ("bf16", 2e-3)])
+def test_muon_orthogonalises_same_shaped_matrices_together_with_the_same_result(monkeypatch, precision, tolerance):
     kwargs = {"lr": 0.02, "weight_decay": 0.1, "adjust_lr_fn": "match_rms_adamw"}
 
     def steps(by_shape):
         torch.manual_seed(0)
         weights = [torch.nn.Parameter(torch.randn(*shape)) for shape in ((48, 16), (48, 16), (16, 48), (48, 16))]
         optimizer = Muon(weights, **kwargs)
-        optimizer.precision, optimizer.by_shape = "fp32", by_shape
+        optimizer.precision, optimizer.by_shape = precision, by_shape
         gen = torch.Generator().manual_seed(1)
         for _ in range(3):
             for w in weights:
@@ -139,7 +140,7 @@ def test_muon_in_fp32_orthogonalises_same_shaped_matrices_together_with_the_same
     shapes.clear()
     alone = steps(by_shape=False)
     assert set(shapes) == {(48, 16), (16, 48)}
-    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(together, alone))
+    assert all(torch.allclose(a, b, atol=tolerance) for a, b in zip(together, alone))
 
 
 def test_the_training_step_orthogonalises_in_its_own_precision():

@@ -1,15 +1,15 @@
-"""Muon with its Newton-Schulz orthogonalisation in the step's precision.
+"""Muon with its Newton-Schulz orthogonalisation in the step's precision, the matrices of one shape together.
 
 torch.optim.Muon always orthogonalises in bf16: fast on GPUs and on CPUs with bf16 matrix instructions (AMX,
 AVX512_BF16), slow on a CPU without them, where torch emulates bf16. So a run that trains in fp32 (the precision
 `make machine` picks where bf16 is the slower, or an explicit `train.precision=fp32`) orthogonalises in fp32 too,
-and a bf16 run exactly as torch does (op for op the same: bitwise the same update, tested).
+and a bf16 run in bf16.
 
-In fp32 the matrices of one shape (the same layer of every block) are orthogonalised together, as one batch of
-matrix products, instead of one matrix at a time: a 128-wide product is too small to keep two cores busy, and each
-call costs about as much as its arithmetic. Each matrix's result is its own iteration's, up to fp32 rounding
-(tested). The measurements: docs/decisions.md, "Muon's orthogonalisation in the step's precision, batched by shape
-in fp32"."""
+In either precision the matrices of one shape (the same layer of every block) are orthogonalised together, as one
+batch of matrix products, instead of one matrix at a time as torch does: a 128-wide product is too small to keep two
+cores busy, and each call costs about as much as its arithmetic. Each matrix's result is its own iteration's, up to
+rounding (tested); with by_shape off, a bf16 step is torch's update bit for bit (tested). The measurements:
+docs/decisions.md, "Muon's orthogonalisation in the step's precision, batched by shape"."""
 
 from __future__ import annotations
 
@@ -47,9 +47,9 @@ def newton_schulz(update: torch.Tensor, coefficients: tuple[float, float, float]
 
 def orthogonalised(updates: list[torch.Tensor], coefficients: tuple[float, float, float], steps: int, eps: float,
                    dtype: torch.dtype, by_shape: bool = True) -> list[torch.Tensor]:
-    """newton_schulz of each update: in bf16 (torch's order of operations), or without by_shape, one matrix at a
-    time; otherwise the updates of one shape stacked and orthogonalised as one batch."""
-    if dtype == torch.bfloat16 or not by_shape:
+    """newton_schulz of each update: with by_shape, the updates of one shape stacked and orthogonalised as one batch;
+    without, one matrix at a time (in bf16 torch's own order of operations)."""
+    if not by_shape:
         return [newton_schulz(u, coefficients, steps, eps, dtype) for u in updates]
     same_shape: dict[torch.Size, list[int]] = {}  # each shape's positions in `updates`
     for index, update in enumerate(updates):
@@ -67,9 +67,9 @@ def orthogonalised(updates: list[torch.Tensor], coefficients: tuple[float, float
 
 class Muon(torch.optim.Muon):
     """torch.optim.Muon (its constructor, checks, groups and state: a checkpoint's optimizer state loads either
-    way) whose step orthogonalises in `precision` ("bf16": torch's own; anything else: fp32, the matrices of one
-    shape together unless `by_shape` is False). Only the "match_rms_adamw" LR adjustment (the update's RMS matched
-    to AdamW's) is supported."""
+    way) whose step orthogonalises in `precision` ("bf16", anything else: fp32), the matrices of one shape together
+    unless `by_shape` is False (then in bf16 torch's own update). Only the "match_rms_adamw" LR adjustment (the
+    update's RMS matched to AdamW's) is supported."""
 
     def __init__(self, params, **kwargs):
         if kwargs.get("adjust_lr_fn") != "match_rms_adamw":
