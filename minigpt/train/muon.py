@@ -32,7 +32,7 @@ def newton_schulz(update: torch.Tensor, coefficients: tuple[float, float, float]
     tall = update.size(-2) > update.size(-1)
     if tall:
         ortho = ortho.mT
-    if ortho.dim() == 2:  # torch's own ops, so that the bf16 path is torch's update bit for bit
+    if ortho.dim() == 2:  # torch's own ops, so that one bf16 matrix gets torch's update bit for bit
         ortho = ortho / ortho.norm().clamp(min=eps)  # not in place: in fp32 `ortho` may be the caller's tensor
         for _ in range(steps):
             gram = ortho @ ortho.T
