@@ -253,29 +253,36 @@ def preflight_false_alarms(root: Path) -> str:
 WATCHDOG_FALSE_ALARMS = RESULTS / "watchdog_false_alarms"
 
 
-def _spread_row(preset: str, where: str, commit: str, val: list[float], test: list[float], ahead: list[float]) -> str:
+def _spread_row(preset: str, where: str, commit: str, val: list[float], test: list[float], ahead: list[float],
+                dynamic: list[float] = ()) -> str:
     spread = f" ± {statistics.stdev(val):.3f}" if len(val) > 1 else ""
+    adaptive = "–"
+    if dynamic:
+        adaptive = f"{statistics.mean(dynamic):.3f}" + (f" ({len(dynamic)} of {len(val)})" if len(dynamic) < len(val)
+                                                         else "")
     return (f"| {preset} | {where} | {commit} | {len(val)} | {statistics.mean(val):.3f}{spread} ({min(val):.3f} – "
-            f"{max(val):.3f}) | {statistics.mean(test):.3f} | {min(ahead):+.3f} … {max(ahead):+.3f} |")
+            f"{max(val):.3f}) | {statistics.mean(test):.3f} | {adaptive} | {min(ahead):+.3f} … {max(ahead):+.3f} |")
 
 
 def _seeded_preset(run: dict) -> str | None:
-    """The preset a quality_budget run trained when its only other override is its seed, else None."""
+    """The preset a quality_budget run trained when its only other override is its seed (or an evaluate setting:
+    what trained is the same), else None."""
     presets = [o.split("=", 1)[1] for o in run["overrides"] if o.startswith("experiment=")]
-    others = [o for o in run["overrides"] if not o.startswith(("experiment=", "train.seed="))]
+    others = [o for o in run["overrides"] if not o.startswith(("experiment=", "train.seed=", "evaluate."))]
     return presets[-1] if len(presets) == 1 and not others and re.search(r", seed \d+$", run["name"]) else None
 
 
 def seed_spread(root: Path) -> str:
     """Each preset's trained runs per machine (a results file of a class may hold several CPUs) and their commit (a
     run's own where it records one, else its file's latest manifest's; "backfilled" as in the results index): runs,
-    val bpc mean ± sd and range, test mean, and val minus the best static baseline's, from the seeded preset runs of
-    every quality_budget result (runs named "…, seed N" that override only the seed) and the rows of every
-    watchdog_false_alarms result."""
+    val bpc mean ± sd and range, test mean, the mean of the dynamic-evaluation val figures where runs measured one,
+    and val minus the best static baseline's, from the seeded preset runs of every quality_budget result (runs named
+    "…, seed N" that override only the seed and evaluate settings) and the rows of every watchdog_false_alarms
+    result."""
     best_static = json.loads((root / LADDER).read_text())
     best_val = next(row["val_bpc"] for row in best_static["rows"] if row["name"] == best_static["best_static"])
     lines = ["| preset | machine (results file) | commit | runs | val bpc: mean ± sd (range) | test bpc | "
-             "val − the best static |", "| --- | --- | --- | --- | --- | --- | --- |"]
+             "dynamic val bpc | val − the best static |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     stale = False
     for path in sorted((root / QUALITY).glob("*.json")):
         data = json.loads(path.read_text())
@@ -289,7 +296,8 @@ def seed_spread(root: Path) -> str:
             commits = sorted({run.get("commit", data["manifest"]["commit"])[:10] for run in mine})
             lines.append(_spread_row(preset + older, f"{machine} (`quality_budget/{path.stem}`)",
                                      ", ".join(f"`{c}`" for c in commits), val, [run["test_bpc"] for run in mine],
-                                     [v - best_val for v in val]))
+                                     [v - best_val for v in val],
+                                     [run["dynamic_val_bpc"] for run in mine if run.get("dynamic_val_bpc")]))
     for path in sorted((root / WATCHDOG_FALSE_ALARMS).glob("*.json")):
         data = json.loads(path.read_text())
         rows = [row for row in data["rows"] if "val_bpc" in row]

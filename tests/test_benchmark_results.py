@@ -101,15 +101,17 @@ def test_the_seed_spread_takes_seeded_preset_runs_and_the_mixture_the_ngrams_wei
     runs = [run("budget-72s, seed 1", "train.seed=1", val=2.30), run("budget-72s, seed 2", "train.seed=2", val=2.40),
             run("budget-72s, lr, seed 3", "train.seed=3", "train.lr=0.1", val=9.0), run("budget-72s preset", val=8.0),
             {"name": "budget-72s, seed 4", "overrides": ["experiment=budget-72s", "train.seed=4"],
-             "preflight_failed": ["lr_stability"]}]
+             "preflight_failed": ["lr_stability"]},
+            run("budget-72s, seed 5", "train.seed=5", "evaluate.dynamic=true", val=2.35)]
     runs[3].update(best_step=1234, mixture_val_bpc=7.5, mixture_test_bpc=7.4, mixture_weight=0.3)  # w: the model's
+    runs[5].update(dynamic_val_bpc=2.1)  # an evaluate setting changes nothing that trained: the run counts
     (root / "benchmarks/results/quality_budget/planted-2c.json").write_text(
         json.dumps({"manifest": manifest, "machine": machine, "runs": runs}))
     assert tables(root=root).returncode == 0
     rows = [line for line in (root / "docs/evaluation.md").read_text().splitlines()
             if "`quality_budget/planted-2c`" in line]
-    assert rows == ["| budget-72s | Planted CPU 1/2 (`quality_budget/planted-2c`) | `0123456789` | 2 | 2.350 ± 0.071 "
-                    "(2.300 – 2.400) | 1.900 | +0.054 … +0.154 |"], rows
+    assert rows == ["| budget-72s | Planted CPU 1/2 (`quality_budget/planted-2c`) | `0123456789` | 3 | 2.350 ± 0.050 "
+                    "(2.300 – 2.400) | 1.900 | 2.100 (1 of 3) | +0.054 … +0.154 |"], rows
     mixed = [line for line in (root / "docs/evaluation.md").read_text().splitlines() if "`planted-2c`" in line]
     assert mixed == ["| `experiment=budget-72s` (best step 1,234; `planted-2c`) | 8.000 (1.900) | 2.246 (2.088) | "
                      "7.500 (7.400) | 0.70 |"], mixed
