@@ -9,9 +9,11 @@ instructions: each shape in fp32 with its optimizer (Muon), soft targets and bat
 into the step's phases (forward, backward, clipping, optimizer, Muon's orthogonalisation inside it, drawing the
 batch, and what is left: Python between them) and op families, and their FLOP rate against the fp32 matrix
 product rate measured in the same run, at the shape's own products and at 2048x2048x2048
-(benchmarks/results/profile_step_budget/).
+(benchmarks/results/profile_step_budget/). With --precision bf16, the bf16 steps of a CPU with bf16 instructions,
+against the bf16 matrix product rate.
 
     python benchmarks/profile_step.py --budget
+    python benchmarks/profile_step.py --budget --precision bf16 --out <results folder>/<machine class>-bf16.json
 
 Attempts that change the model or its numerics are labelled so; the preset keeps only what wins without changing
 the loss curve.
@@ -197,10 +199,11 @@ def shape_products(model: MiniGPT, rows: int) -> tuple[tuple[int, int, int], ...
                  for layer in model.blocks[0].modules() if isinstance(layer, torch.nn.Linear))
 
 
-def budget_profile(shape: str, smoke: bool, rounds: int) -> dict:
-    """The fp32 step of a budget shape: phases, op families, tokens/s and its FLOP rate against fp32 matmuls."""
+def budget_profile(shape: str, smoke: bool, rounds: int, precision: str = "fp32") -> dict:
+    """A budget shape's step in `precision`: phases, op families, tokens/s and its FLOP rate against matmuls in the
+    same precision."""
     scratch = Path(tempfile.mkdtemp(prefix="minigpt-profile-step-"))
-    params = shape_params(shape, SMOKE_SHAPE if smoke else [], scratch)
+    params = shape_params(shape, [*(SMOKE_SHAPE if smoke else []), f"train.precision={precision}"], scratch)
     setup = BudgetStep(params)
     steps = 2 if smoke else 10
     prof = profile(setup, steps)
@@ -217,15 +220,16 @@ def budget_profile(shape: str, smoke: bool, rounds: int) -> dict:
     tokens_per_s = setup.tokens / seconds
     rate = tokens_per_s * flops_per_token(setup.config, setup.model.num_parameters())
     peak_rounds = 2 if smoke else 10
-    own = matmul_peak(peak_rounds, shape_products(setup.model, setup.tokens), torch.float32)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    own = matmul_peak(peak_rounds, shape_products(setup.model, setup.tokens), dtype)
     large_shape = SMOKE_PEAK_SHAPES[0] if smoke else (2048, 2048, 2048)
-    large = matmul_peak(peak_rounds, (large_shape,), torch.float32)
+    large = matmul_peak(peak_rounds, (large_shape,), dtype)
     large_name = "x".join(map(str, large_shape))
     return {"shape": shape, "model": params.model.model_dump(), "optimizer": params.train.optimizer,
             "batch": [params.train.batch_size, setup.config.block_size], "distill_alpha": params.train.distill_alpha,
-            "precision": "fp32", "step_ms": round(step_ms, 1), "tokens_per_s": round(tokens_per_s, 1),
-            "flops_per_s": rate, "fp32_matmul_flops_per_s": {"shape's products": own, large_name: large},
-            "of_fp32_matmul": {"shape's products": round(rate / own, 3), large_name: round(rate / large, 3)},
+            "precision": precision, "step_ms": round(step_ms, 1), "tokens_per_s": round(tokens_per_s, 1),
+            "flops_per_s": rate, f"{precision}_matmul_flops_per_s": {"shape's products": own, large_name: large},
+            f"of_{precision}_matmul": {"shape's products": round(rate / own, 3), large_name: round(rate / large, 3)},
             "profiled_step_ms": prof["wall_ms"], "phase_ms": phases, "families": prof["families"]}
 
 
@@ -236,6 +240,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="default: benchmarks/results/profile_step/<machine class>.json")
     parser.add_argument("--budget", action="store_true",
                         help="profile the budget shapes' fp32 steps (phases, and against fp32 matmuls) instead")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                        help="--budget: the steps' precision (bf16 on a CPU with bf16 instructions)")
     args = parser.parse_args()
     if args.budget:
         return main_budget(args)
@@ -295,7 +301,8 @@ def main() -> None:
 def main_budget(args) -> None:
     label = machine_label()
     shapes = ("small",) if args.smoke else ("small", "production")
-    results = [budget_profile(shape, args.smoke, 2 if args.smoke else 2 * args.rounds + 1) for shape in shapes]
+    results = [budget_profile(shape, args.smoke, 2 if args.smoke else 2 * args.rounds + 1, args.precision)
+               for shape in shapes]
     for result in results:
         print_budget(label, result)
     out = output_path(args.out, "profile_step_budget", args.smoke)
@@ -304,12 +311,13 @@ def main_budget(args) -> None:
 
 
 def print_budget(label: dict, result: dict) -> None:
-    print(f"{machine_kind(label)}: budget shape {result['shape']}, fp32, batch {result['batch']}, "
+    precision = result["precision"]
+    print(f"{machine_kind(label)}: budget shape {result['shape']}, {precision}, batch {result['batch']}, "
           f"{result['optimizer']}: {result['step_ms']} ms a step, {result['tokens_per_s']:,.0f} tokens/s, "
           f"{result['flops_per_s'] / 1e9:.1f} GFLOP/s")
-    for products, flops in result["fp32_matmul_flops_per_s"].items():
-        print(f"  fp32 matmul at {products}: {flops / 1e9:.1f} GFLOP/s; the step runs at "
-              f"{result['of_fp32_matmul'][products]:.0%} of it")
+    for products, flops in result[f"{precision}_matmul_flops_per_s"].items():
+        print(f"  {precision} matmul at {products}: {flops / 1e9:.1f} GFLOP/s; the step runs at "
+              f"{result[f'of_{precision}_matmul'][products]:.0%} of it")
     print(f"phases under the profiler ({result['profiled_step_ms']} ms a step):")
     for phase, ms in result["phase_ms"].items():
         print(f"  {phase:<38} {ms:>8.2f} ms")
