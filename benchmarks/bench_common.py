@@ -89,19 +89,21 @@ def manifest(label: dict) -> dict:
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "machine": label}
 
 
-def results_path(benchmark: str, label: dict | None = None) -> Path:
-    """benchmarks/results/<benchmark>/<machine class>.json: a benchmark's current result on this machine."""
-    return ROOT / "benchmarks" / "results" / benchmark / f"{machine_class(label or machine_label())}.json"
+def results_path(benchmark: str, label: dict | None = None, variant: str = "") -> Path:
+    """benchmarks/results/<benchmark>/<machine class>[-<variant>].json: a benchmark's current result on this machine
+    (a variant, e.g. bf16 steps, kept beside the default one)."""
+    suffix = f"-{variant}" if variant else ""
+    return ROOT / "benchmarks" / "results" / benchmark / f"{machine_class(label or machine_label())}{suffix}.json"
 
 
-def output_path(out: Path | None, benchmark: str, smoke: bool) -> Path:
-    """--out when given; otherwise the benchmark's results file for this machine, or, for a --smoke run (code paths,
-    not figures), a scratch file that never replaces a result."""
+def output_path(out: Path | None, benchmark: str, smoke: bool, variant: str = "") -> Path:
+    """--out when given; otherwise the benchmark's results file for this machine (results_path, with its variant),
+    or, for a --smoke run (code paths, not figures), a scratch file that never replaces a result."""
     if out is not None:
         return out
     if smoke:
         return Path(tempfile.mkdtemp(prefix=f"minigpt-{benchmark}-smoke-")) / f"{benchmark}.json"
-    return results_path(benchmark)
+    return results_path(benchmark, variant=variant)
 
 
 def write_result(path: Path, result: dict) -> None:
@@ -249,7 +251,7 @@ def shape_rates(shape: str, params, rates: dict[str, list[float]], before: str) 
             "ratio_to_before": {m: statistics.median(r) / base for m, r in rates.items()}, "rounds": rates}
 
 
-def run_shapes(measure, args, benchmark: str) -> None:
+def run_shapes(measure, args, benchmark: str, variant: str = "") -> None:
     """Both budget shapes through measure(shape, overrides, steps, rounds, scratch) (--smoke: the small one, made
     tiny, one round of one step), printed, and written with the machine's label (output_path)."""
     scratch = Path(tempfile.mkdtemp(prefix=f"minigpt-{benchmark}-"))
@@ -261,7 +263,7 @@ def run_shapes(measure, args, benchmark: str) -> None:
     for result in results:
         for name, rate in result["tokens_per_s"].items():
             print(f"{result['shape']:<11} {name:<46} {rate:>8,.0f} tokens/s ({result['ratio_to_before'][name]:.2f}x)")
-    out = output_path(args.out, benchmark, args.smoke)
+    out = output_path(args.out, benchmark, args.smoke, variant)
     write_result(out, {"machine": machine_label(), "shapes": results})
     print(f"wrote {out}")
 

@@ -5,8 +5,8 @@ With --precision bf16, the bf16 step (a CPU with bf16 instructions) orthogonalis
 (torch's) and by shape (what a bf16 run does). Whether bf16 or fp32 trains faster on a machine is what `make
 machine` times (train.precision=auto).
 
-    python benchmarks/muon_precision.py --out benchmarks/results/muon_precision/<machine class>.json
-    python benchmarks/muon_precision.py --precision bf16 --out benchmarks/results/muon_precision/<class>-bf16.json
+    python benchmarks/muon_precision.py                    # benchmarks/results/muon_precision/<machine class>.json
+    python benchmarks/muon_precision.py --precision bf16   # ... <machine class>-bf16.json
     python benchmarks/muon_precision.py --smoke        # seconds (CI): tiny model, one round
 """
 
@@ -57,7 +57,8 @@ def main() -> None:
     parser = timing_parser(__doc__, steps=5, rounds=3)
     parser.add_argument("--precision", choices=sorted(MODES), default="fp32", help="the training step's precision")
     args = parser.parse_args()
-    run_shapes(measurer(MODES[args.precision]), args, "muon_precision")
+    # bf16 steps' results kept beside the fp32 ones: <machine class>-bf16.json
+    run_shapes(measurer(MODES[args.precision]), args, "muon_precision", "" if args.precision == "fp32" else "bf16")
 
 if __name__ == "__main__":
     main()

@@ -13,7 +13,7 @@ product rate measured in the same run, at the shape's own products and at 2048x2
 against the bf16 matrix product rate.
 
     python benchmarks/profile_step.py --budget
-    python benchmarks/profile_step.py --budget --precision bf16 --out <results folder>/<machine class>-bf16.json
+    python benchmarks/profile_step.py --budget --precision bf16   # profile_step_budget/<machine class>-bf16.json
 
 Attempts that change the model or its numerics are labelled so; the preset keeps only what wins without changing
 the loss curve.
@@ -239,7 +239,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, help="default: benchmarks/results/profile_step/<machine class>.json")
     parser.add_argument("--budget", action="store_true",
-                        help="profile the budget shapes' fp32 steps (phases, and against fp32 matmuls) instead")
+                        help="profile the budget shapes' steps (phases, and against matmuls of their precision)")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                         help="--budget: the steps' precision (bf16 on a CPU with bf16 instructions)")
     args = parser.parse_args()
@@ -305,7 +305,7 @@ def main_budget(args) -> None:
                for shape in shapes]
     for result in results:
         print_budget(label, result)
-    out = output_path(args.out, "profile_step_budget", args.smoke)
+    out = output_path(args.out, "profile_step_budget", args.smoke, "" if args.precision == "fp32" else args.precision)
     write_result(out, {"machine": label, "shapes": results, "smoke": args.smoke})
     print(f"wrote {out}")
 

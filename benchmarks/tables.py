@@ -17,6 +17,7 @@ import re
 import statistics
 import sys
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -254,36 +255,43 @@ WATCHDOG_FALSE_ALARMS = RESULTS / "watchdog_false_alarms"
 
 
 def _spread_row(preset: str, where: str, commit: str, val: list[float], test: list[float], ahead: list[float],
-                dynamic: list[float] = ()) -> str:
+                dynamic: Sequence[float] = (), dynamic_mark: str = "") -> str:
     spread = f" ± {statistics.stdev(val):.3f}" if len(val) > 1 else ""
     adaptive = "–"
     if dynamic:
-        adaptive = f"{statistics.mean(dynamic):.3f}" + (f" ({len(dynamic)} of {len(val)})" if len(dynamic) < len(val)
-                                                         else "")
+        adaptive = f"{statistics.mean(dynamic):.3f}{dynamic_mark}" + (
+            f" ({len(dynamic)} of {len(val)})" if len(dynamic) < len(val) else "")
     return (f"| {preset} | {where} | {commit} | {len(val)} | {statistics.mean(val):.3f}{spread} ({min(val):.3f} – "
             f"{max(val):.3f}) | {statistics.mean(test):.3f} | {adaptive} | {min(ahead):+.3f} … {max(ahead):+.3f} |")
 
 
+# evaluate settings that add labelled figures (dynamic, mixture) or change only the interval: the static val and test
+# bpc of a run that sets them are the preset's
+SPREAD_EVALUATE_KEYS = {"evaluate.dynamic", "evaluate.dynamic_lr", "evaluate.dynamic_streams", "evaluate.mixture_order",
+                        "evaluate.blocks", "evaluate.bootstrap_resamples", "evaluate.bootstrap_seed"}
+
+
 def _seeded_preset(run: dict) -> str | None:
-    """The preset a quality_budget run trained when its only other override is its seed (or an evaluate setting:
-    what trained is the same), else None."""
+    """The preset a quality_budget run trained when its only other overrides are its seed and SPREAD_EVALUATE_KEYS,
+    else None."""
     presets = [o.split("=", 1)[1] for o in run["overrides"] if o.startswith("experiment=")]
-    others = [o for o in run["overrides"] if not o.startswith(("experiment=", "train.seed=", "evaluate."))]
+    others = [o for o in run["overrides"] if not o.startswith(("experiment=", "train.seed="))
+              and o.split("=", 1)[0] not in SPREAD_EVALUATE_KEYS]
     return presets[-1] if len(presets) == 1 and not others and re.search(r", seed \d+$", run["name"]) else None
 
 
 def seed_spread(root: Path) -> str:
     """Each preset's trained runs per machine (a results file of a class may hold several CPUs) and their commit (a
     run's own where it records one, else its file's latest manifest's; "backfilled" as in the results index): runs,
-    val bpc mean ± sd and range, test mean, the mean of the dynamic-evaluation val figures where runs measured one,
-    and val minus the best static baseline's, from the seeded preset runs of every quality_budget result (runs named
-    "…, seed N" that override only the seed and evaluate settings) and the rows of every watchdog_false_alarms
-    result."""
+    val bpc mean ± sd and range, test mean, the mean of the dynamic-evaluation val figures of the runs that measured
+    one ("k of n" when not all did; ‡ when one used other settings than conf/evaluate/default.yaml's), and val minus
+    the best static baseline's, from the seeded preset runs of every quality_budget result (runs named "…, seed N"
+    whose other overrides are SPREAD_EVALUATE_KEYS only) and the rows of every watchdog_false_alarms result."""
     best_static = json.loads((root / LADDER).read_text())
     best_val = next(row["val_bpc"] for row in best_static["rows"] if row["name"] == best_static["best_static"])
     lines = ["| preset | machine (results file) | commit | runs | val bpc: mean ± sd (range) | test bpc | "
              "dynamic val bpc | val − the best static |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    stale = False
+    stale = otherwise = False
     for path in sorted((root / QUALITY).glob("*.json")):
         data = json.loads(path.read_text())
         seeded = [(preset, run) for run in data["runs"] if "val_bpc" in run and (preset := _seeded_preset(run))]
@@ -294,10 +302,13 @@ def seed_spread(root: Path) -> str:
             machine = f"{data['machine']['cpu']} {data['machine'].get('cpu_family_model', '')}".strip()
             val = [run["val_bpc"] for run in mine]
             commits = sorted({run.get("commit", data["manifest"]["commit"])[:10] for run in mine})
+            dynamic = [run for run in mine if run.get("dynamic_val_bpc") is not None]
+            evaluated_otherwise = any(older_evaluation(run, "dynamic_val_bpc", root) for run in dynamic)
+            otherwise = otherwise or evaluated_otherwise
             lines.append(_spread_row(preset + older, f"{machine} (`quality_budget/{path.stem}`)",
                                      ", ".join(f"`{c}`" for c in commits), val, [run["test_bpc"] for run in mine],
-                                     [v - best_val for v in val],
-                                     [run["dynamic_val_bpc"] for run in mine if run.get("dynamic_val_bpc")]))
+                                     [v - best_val for v in val], [run["dynamic_val_bpc"] for run in dynamic],
+                                     "‡" if evaluated_otherwise else ""))
     for path in sorted((root / WATCHDOG_FALSE_ALARMS).glob("*.json")):
         data = json.loads(path.read_text())
         rows = [row for row in data["rows"] if "val_bpc" in row]
@@ -308,8 +319,11 @@ def seed_spread(root: Path) -> str:
             lines.append(_spread_row(preset, f"{machine} (`watchdog_false_alarms/{path.stem}`)", commit,
                                      [row["val_bpc"] for row in mine],
                                      [row["test_bpc"] for row in mine], [row["vs_best_static_bpc"] for row in mine]))
-    if stale:
-        lines += ["", OLDER_PRESET_NOTE]
+    notes = [OLDER_PRESET_NOTE] if stale else []
+    if otherwise:
+        notes.append(f"‡: dynamic evaluation with other settings than `{EVALUATE_DEFAULTS.as_posix()}` sets now.")
+    if notes:
+        lines += ["", " ".join(notes)]
     return "\n".join(lines) + "\n"
 
 

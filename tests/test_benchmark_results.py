@@ -102,9 +102,11 @@ def test_the_seed_spread_takes_seeded_preset_runs_and_the_mixture_the_ngrams_wei
             run("budget-72s, lr, seed 3", "train.seed=3", "train.lr=0.1", val=9.0), run("budget-72s preset", val=8.0),
             {"name": "budget-72s, seed 4", "overrides": ["experiment=budget-72s", "train.seed=4"],
              "preflight_failed": ["lr_stability"]},
-            run("budget-72s, seed 5", "train.seed=5", "evaluate.dynamic=true", val=2.35)]
+            run("budget-72s, seed 5", "train.seed=5", "evaluate.dynamic=true", val=2.35),
+            run("budget-72s, seed 6", "train.seed=6", "evaluate.precision=bf16", val=5.0)]
     runs[3].update(best_step=1234, mixture_val_bpc=7.5, mixture_test_bpc=7.4, mixture_weight=0.3)  # w: the model's
-    runs[5].update(dynamic_val_bpc=2.1)  # an evaluate setting changes nothing that trained: the run counts
+    # a dynamic figure adds to what trained (the run counts); another evaluate precision changes val (it does not)
+    runs[5].update(dynamic_val_bpc=2.1, dynamic_evaluation={"lr": 0.0001, "streams": 1})
     (root / "benchmarks/results/quality_budget/planted-2c.json").write_text(
         json.dumps({"manifest": manifest, "machine": machine, "runs": runs}))
     assert tables(root=root).returncode == 0
@@ -274,3 +276,4 @@ def test_a_citation_of_a_results_file_that_is_gone_is_seen():
     assert cited_results(f"see `{now}`.") == [(None, now)]
     assert cited_results("(`0123abcd:benchmarks/results/old.json`)") == [("0123abcd", "benchmarks/results/old.json")]
     assert cited_results("`python benchmarks/x.py --out benchmarks/results/x.json`") == []
+
