@@ -114,7 +114,8 @@ def test_soft_cross_entropy_and_the_mixed_objective():
 def test_draw_batch_gives_each_target_its_own_positions_soft_target():
     data = torch.arange(100)
     soft = SoftTargets(torch.arange(100)[:, None].repeat(1, 2), torch.full((100, 2), 0.5, dtype=torch.float16), {})
-    inputs, targets, (ids, probs) = distill.draw_batch(data, 4, 8, "cpu", torch.Generator().manual_seed(0), soft)
+    inputs, targets, (ids, probs, rest) = distill.draw_batch(data, 4, 8, "cpu", torch.Generator().manual_seed(0), soft)
+    assert rest.shape == targets.shape
     assert torch.equal(ids[..., 0], targets) and torch.equal(inputs[:, 1:], targets[:, :-1])
     plain = distill.draw_batch(data, 4, 8, "cpu", torch.Generator().manual_seed(0), None)
     assert plain[2] is None and torch.equal(plain[0], inputs)  # the same windows: the same random stream

@@ -112,6 +112,9 @@ class ModelConfig(Section):
     # embedding (minigpt.model.ngram_embedding), ngram_buckets rows per order
     ngram_orders: int = Field(0, ge=0, description="0 (off) or >= 2")
     ngram_buckets: int = Field(4096, ge=1, description=">= 1")
+    # true: the next-token distribution mixed with stage soft_targets' n-gram by a learned gate of the final hidden
+    # state (minigpt.model.ngram_expert); needs soft_targets.order > 0
+    ngram_expert: bool = False
 
     @model_validator(mode="after")
     def _heads_divide_width(self):
@@ -314,6 +317,14 @@ class Params(Section):
         return self
 
     @model_validator(mode="after")
+    def _expert_has_an_ngram(self):
+        if self.model.ngram_expert and self.soft_targets.order == 0:
+            raise ValueError("'model.ngram_expert' = true mixes the output with the soft targets' n-gram, but "
+                             "'soft_targets.order' is 0 (none built); set soft_targets.order (e.g. 9) or "
+                             "model.ngram_expert=false.")
+        return self
+
+    @model_validator(mode="after")
     def _budget_has_a_clock(self):
         if self.budget.shapes and self.train.max_seconds is None:
             raise ValueError("'budget.shapes' lists shapes to choose from but 'train.max_seconds' is null: a shape is "
@@ -331,6 +342,11 @@ class Params(Section):
 
     def section_dict(self, name: str) -> dict[str, Any]:
         return getattr(self, name).model_dump()
+
+    def uses_soft_targets(self) -> bool:
+        """Whether the run reads stage soft_targets' n-gram: trained towards it (train.distill_alpha > 0) or mixed
+        with it (model.ngram_expert)."""
+        return self.train.distill_alpha > 0 or self.model.ngram_expert
 
 
 def _validated(raw: dict, source: str) -> Params:

@@ -74,24 +74,29 @@ def _encoded(split: str) -> Path:
 
 
 SOFT_TARGETS_FILE = SOFT_TARGETS_DIR / "targets.npz"
+NGRAM_PRIORS_FILE = SOFT_TARGETS_DIR / "priors.npz"  # the n-gram at val and test positions (model.ngram_expert)
 
 # stage -> role -> what it must read. The report stage holds every record to this declaration.
 CONSUMES: dict[str, dict[str, Role]] = {
     "clean": {f"raw {s}": Role(RAW_DIR / SPLIT_FILES[s], "fetch") for s in ("train", "val", "test")},
     "encode": {**{f"{s} text": Role(_clean(s), "clean") for s in ("train", "val", "test")},
                "tokenizer": Role(TOKENIZER_FILE, "tokenizer")},
-    "soft_targets": {"train ids": Role(_encoded("train"), "encode", required=False)},
+    "soft_targets": {f"{s} ids": Role(_encoded(s), "encode", required=False) for s in ("train", "val", "test")},
     "baselines": {"fitted on": Role(_clean("train"), "clean"), "val": Role(_clean("val"), "clean"),
                   "test": Role(_clean("test"), "clean")},
     "train": {"train ids": Role(_encoded("train"), "encode"), "val ids": Role(_encoded("val"), "encode"),
               "tokenizer": Role(TOKENIZER_FILE, "tokenizer"),
               "soft targets": Role(SOFT_TARGETS_FILE, "soft_targets", required=False),
+              "n-gram priors": Role(NGRAM_PRIORS_FILE, "soft_targets", required=False),
               "preflight report": Role(DEBUG_REPORT, "preflight", required=False)},
     "evaluate": {"checkpoint": Role(BEST_CHECKPOINT, "train"), "tokenizer": Role(TOKENIZER_FILE, "tokenizer"),
                  "val": Role(_encoded("val"), "encode"), "test": Role(_encoded("test"), "encode"),
                  "train slice": Role(_encoded("train"), "encode"),
-                 "baselines": Role(BASELINES_REPORT, "baselines")},
-    "generate": {"checkpoint": Role(BEST_CHECKPOINT, "train"), "tokenizer": Role(TOKENIZER_FILE, "tokenizer")},
+                 "baselines": Role(BASELINES_REPORT, "baselines"),
+                 "soft targets": Role(SOFT_TARGETS_FILE, "soft_targets", required=False),
+                 "n-gram priors": Role(NGRAM_PRIORS_FILE, "soft_targets", required=False)},
+    "generate": {"checkpoint": Role(BEST_CHECKPOINT, "train"), "tokenizer": Role(TOKENIZER_FILE, "tokenizer"),
+                 "n-gram train ids": Role(_encoded("train"), "encode", required=False)},
     # the report stage writes no record of its own: it verifies the graph and reads these
     "report": {"preflight report": Role(DEBUG_REPORT, "preflight"), "train log": Role(TRAIN_LOG, "train"),
                "train summary": Role(TRAIN_SUMMARY, "train"), "evaluation": Role(EVAL_REPORT, "evaluate"),

@@ -15,11 +15,18 @@ from minigpt.core.paths import (
     BEST_CHECKPOINT,
     CLEAN_DIR,
     ENCODED_DIR,
+    SOFT_TARGETS_DIR,
     TOKENIZER_FILE,
     clean_split_path,
 )
 from minigpt.core.provenance import Custody
 from minigpt.data.encode import load_ids, split_hashes
+from minigpt.data.soft_target_files import (
+    load_heldout_priors,
+    load_soft_targets,
+    load_soft_targets_summary,
+    require_trained_ngram,
+)
 from minigpt.evaluate.dynamic import LABEL as DYNAMIC_LABEL
 from minigpt.evaluate.dynamic import dynamic_score
 from minigpt.evaluate.intervals import bpc_interval, character_blocks
@@ -81,6 +88,20 @@ def compare_with_baselines(val: dict, test: dict, ladder: dict, path: str) -> di
     }
 
 
+def expert_priors(model, checkpoint: dict, root: Path, source: str, custody: Custody | None) -> dict:
+    """model.ngram_expert: the n-gram's priors of every split evaluate scores (val, test, and train's cross-fitted
+    ones for the train slice), refused unless data/soft_targets holds the n-gram the checkpoint was trained with;
+    {} for any other model."""
+    if not model.config.ngram_expert:
+        return {}
+    if custody is not None:
+        custody.take("soft targets")
+        custody.take("n-gram priors")
+    folder, encoded = root / SOFT_TARGETS_DIR, root / ENCODED_DIR
+    require_trained_ngram(checkpoint, load_soft_targets_summary(folder, encoded), source)
+    return {**load_heldout_priors(folder, encoded), "train": load_soft_targets(folder, encoded).priors()}
+
+
 def evaluate_checkpoint(params, root, checkpoint_path=None) -> dict:
     """Score the best checkpoint on the full val and test splits; returns the report for reports/evaluation.json."""
     return evaluate_with_blocks(params, root, checkpoint_path)[0]
@@ -108,14 +129,16 @@ def evaluate_with_blocks(params, root, checkpoint_path=None, custody: Custody | 
 
     settings = params.evaluate
 
-    def score(ids):
-        return summarise(nll_of(ids), target_chars(ids, char_counts))
+    priors = expert_priors(model, checkpoint, root, str(path), custody)
+
+    def score(ids, split):
+        return summarise(nll_of(ids, split), target_chars(ids, char_counts))
 
     probe = ModeProbe(model)  # every module's mode whenever a static figure is scored
 
-    def nll_of(ids):
+    def nll_of(ids, split):
         with probe:
-            return target_nll(model, ids, stride, settings.batch_size, device, precision["choice"])
+            return target_nll(model, ids, stride, settings.batch_size, device, precision["choice"], priors.get(split))
 
     ladder = load_baselines(root)  # refused before any scoring when stale or missing
     val_ids, test_ids = load_ids(root / ENCODED_DIR, "val"), load_ids(root / ENCODED_DIR, "test")
@@ -126,7 +149,7 @@ def evaluate_with_blocks(params, root, checkpoint_path=None, custody: Custody | 
     for split, ids in (("val", val_ids), ("test", test_ids)):
         if custody is not None:
             custody.used(split, ids)
-        nll, chars = nll_of(ids), target_chars(ids, char_counts)
+        nll, chars = nll_of(ids, split), target_chars(ids, char_counts)
         per_target[split] = (ids, nll, chars)
         cut = character_blocks(nll, chars, int(char_counts[ids[0]]), settings.blocks)
         scored[split] = {**summarise(nll, chars), "bpc_ci95": bpc_interval(
@@ -142,8 +165,8 @@ def evaluate_with_blocks(params, root, checkpoint_path=None, custody: Custody | 
     slice_ids = train_ids[: len(val_ids)]
     if custody is not None:
         custody.used("train slice", slice_ids)
-    train_slice = score(slice_ids)
-    checks = scoring_checks(probe, determinism(nll_of, val_ids, block), str(path))
+    train_slice = score(slice_ids, "train")
+    checks = scoring_checks(probe, determinism(lambda ids: nll_of(ids, "val"), val_ids, block), str(path))
     baseline = math.log(model.config.vocab_size)
     baselines = compare_with_baselines(val, test, ladder, str(path))
     report = {
@@ -162,17 +185,19 @@ def evaluate_with_blocks(params, root, checkpoint_path=None, custody: Custody | 
         "train_seconds": checkpoint.get("elapsed_s"),
         "checkpoint": str(path),
         "scoring_checks": checks,
+        # model.ngram_expert: every figure is of the output mixed with this n-gram (null: the network alone)
+        "ngram_expert": checkpoint.get("ngram_expert_source") if priors else None,
         "interval": {"method": "bootstrap over contiguous blocks of the scored targets", "level": 0.95,
                      "blocks": settings.blocks, "resamples": settings.bootstrap_resamples,
                      "seed": settings.bootstrap_seed},
     }
     if settings.dynamic:  # its own key and label: the static figures above are never changed by it
-        def dynamic(ids):
+        def dynamic(ids, split):
             return dynamic_score(model, ids, stride, settings.dynamic_streams, settings.dynamic_lr, device,
-                                 precision["choice"], char_counts)
+                                 precision["choice"], char_counts, priors.get(split))
 
-        report["dynamic"] = {"label": DYNAMIC_LABEL, "lr": settings.dynamic_lr, "val": dynamic(val_ids),
-                             "test": dynamic(test_ids)}
+        report["dynamic"] = {"label": DYNAMIC_LABEL, "lr": settings.dynamic_lr, "val": dynamic(val_ids, "val"),
+                             "test": dynamic(test_ids, "test")}
     if settings.mixture_order:  # its own key and label, like dynamic
         report["mixture"] = mixture_figures(train_ids, per_target, tokenizer.vocab_size, settings.mixture_order,
                                             params.baselines.discount)

@@ -32,9 +32,13 @@ def segment_bounds(num_tokens: int, streams: int, block_size: int) -> list[tuple
 
 
 def dynamic_score(model, ids: np.ndarray, stride: int, streams: int, lr: float, device: torch.device,
-                  precision: str = "fp32", char_counts: np.ndarray | None = None) -> dict:
+                  precision: str = "fp32", char_counts: np.ndarray | None = None, priors=None) -> dict:
     """Mean NLL over every target of the split under dynamic evaluation (the model passed in is not changed);
-    bits per character over the characters the targets hold (`char_counts` per ID; one each when None)."""
+    bits per character over the characters the targets hold (`char_counts` per ID; one each when None).
+    priors (required under model.ngram_expert): the split's n-gram priors, mixed in at every window."""
+    if (priors is None) == bool(getattr(model.config, "ngram_expert", False)):
+        raise ValueError("dynamic evaluation of a model.ngram_expert model needs the split's n-gram priors, and "
+                         "only such a model")
     ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))
     learner = copy.deepcopy(model).to(device)
     learner.eval()  # no dropout: the steps adapt the weights, the forward pass stays the evaluation's
@@ -49,7 +53,8 @@ def dynamic_score(model, ids: np.ndarray, stride: int, streams: int, lr: float, 
     for step in range(steps):
         windows = [p[step] for p in plans if step < len(p)]
         inputs, targets, mask = window_batch(ids, windows, width, device)
-        new = window_nll(learner, inputs, targets, precision)[mask]
+        prior = None if priors is None else priors.for_targets(torch.tensor([s for s, _ in windows]), width, device)
+        new = window_nll(learner, inputs, targets, precision, prior)[mask]
         total_nll += float(new.detach().double().sum())  # scored before the step below
         total_tokens += int(mask.sum())
         total_chars += (int(mask.sum()) if char_counts is None else

@@ -15,8 +15,14 @@ import torch
 from minigpt.core.config import DEFAULT_PARAMS, MAX_NEW_TOKENS, CleanConfig, load_params
 from minigpt.core.errors import ConfigError, MinigptError
 from minigpt.core.paths import BEST_CHECKPOINT as BEST
-from minigpt.core.paths import TOKENIZER_FILE
+from minigpt.core.paths import ENCODED_DIR, SOFT_TARGETS_DIR, TOKENIZER_FILE
 from minigpt.data.clean import normalise
+from minigpt.data.soft_target_files import (
+    NextTokenNgram,
+    load_next_token_ngram,
+    load_soft_targets_summary,
+    require_trained_ngram,
+)
 from minigpt.data.textstats import repetition_metrics
 from minigpt.data.tokenizer_files import Tokenizer
 from minigpt.evaluate.generation_checks import ContextProbe, generation_checks
@@ -39,8 +45,19 @@ def prepare_prompt(prompt: str, index: int, tokenizer: Tokenizer, clean: CleanCo
 
 
 def load_for_generation(checkpoint_path: Path, root: Path, device: torch.device):
+    """(model, tokenizer, the n-gram it mixes in: model.ngram_expert's, else None)."""
     trained = load_trained_model(checkpoint_path, root / TOKENIZER_FILE, device)
-    return trained.model, trained.tokenizer
+    return trained.model, trained.tokenizer, expert_ngram(trained, root, str(checkpoint_path))
+
+
+def expert_ngram(trained, root: Path, source: str) -> NextTokenNgram | None:
+    """model.ngram_expert: the n-gram counted on encoded train, refused unless data/soft_targets holds the one the
+    checkpoint was trained with; None for any other model."""
+    if not trained.model.config.ngram_expert:
+        return None
+    folder, encoded = root / SOFT_TARGETS_DIR, root / ENCODED_DIR
+    require_trained_ngram(trained.checkpoint, load_soft_targets_summary(folder, encoded), source)
+    return load_next_token_ngram(folder, encoded)
 
 
 def generate_samples(params, root: Path, checkpoint_path: Path | None = None) -> tuple[dict, str]:
@@ -51,13 +68,14 @@ def generate_samples(params, root: Path, checkpoint_path: Path | None = None) ->
     path = checkpoint_path or root / BEST
     trained = load_trained_model(path, root / TOKENIZER_FILE, device)
     model, tokenizer = trained.model, trained.tokenizer
+    ngram = expert_ngram(trained, root, str(path))
     settings.validate(tokenizer.vocab_size)
     prompts = [prepare_prompt(p, i, tokenizer, params.clean) for i, p in enumerate(gen.prompts)]
     samples = []
     # observed from outside the sampler: each module's mode, and each forward pass's positions
     with ModeProbe(model) as mode, ContextProbe(model, model.config.block_size) as context:
         for i, prompt in enumerate(prompts):
-            text = sample_text(model, tokenizer, prompt, settings, gen.max_new_tokens, gen.seed + i, device)
+            text = sample_text(model, tokenizer, prompt, settings, gen.max_new_tokens, gen.seed + i, device, ngram)
             samples.append({"prompt": prompt, "text": text, **repetition_metrics(text)})
     checks = generation_checks(settings, tokenizer.vocab_size, Path(path) == root / BEST,
                                (trained.checkpoint.get("tokenizer_fingerprint", ""), tokenizer.fingerprint), mode,
@@ -103,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = SamplingSettings(pick(args.temperature, gen.temperature), pick(args.top_k, gen.top_k),
                                     pick(args.top_p, gen.top_p), pick(args.repetition_penalty, gen.repetition_penalty))
         device = select_device(params.train.device)
-        model, tokenizer = load_for_generation(args.checkpoint, args.root, device)
+        model, tokenizer, ngram = load_for_generation(args.checkpoint, args.root, device)
         settings.validate(tokenizer.vocab_size, "--")
         max_new_tokens = pick(args.max_new_tokens, gen.max_new_tokens)
         if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
@@ -114,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         prompt = prepare_prompt(args.prompt, 0, tokenizer, params.clean)
         print(prompt, end="", flush=True)
         for piece in sample_chunks(model, tokenizer, prompt, settings, max_new_tokens, pick(args.seed, gen.seed),
-                                   device):
+                                   device, prior_of=ngram):
             print(piece, end="", flush=True)
     except MinigptError as exc:
         print(f"[generate] error: {exc}", file=sys.stderr)

@@ -44,18 +44,22 @@ def window_batch(ids: torch.Tensor, windows: list[tuple[int, int]], width: int, 
     return ids[index].to(device), ids[index + 1].to(device), (offsets[None, :] >= first[:, None]).to(device)
 
 
-def window_nll(model, inputs: torch.Tensor, targets: torch.Tensor, precision: str) -> torch.Tensor:
-    """Per-target NLL [B, T] in fp32 of a forward pass in the given precision."""
+def window_nll(model, inputs: torch.Tensor, targets: torch.Tensor, precision: str, prior=None) -> torch.Tensor:
+    """Per-target NLL [B, T] in fp32 of a forward pass in the given precision (prior: the n-gram at the targets,
+    model.ngram_expert)."""
     with autocast_for(inputs.device, precision):
-        logits, _ = model(inputs)
+        logits, _ = model(inputs) if prior is None else model(inputs, prior=prior)
     nll = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), reduction="none")
     return nll.view(targets.shape)
 
 
 @torch.inference_mode()  # no autograd bookkeeping at all (cheaper than no_grad)
 def target_nll(model, ids: np.ndarray | torch.Tensor, stride: int, batch_size: int, device: torch.device,
-               precision: str = "fp32") -> np.ndarray:
-    """The NLL (nats) of every target 1..len-1 of the split, in target order, each scored exactly once."""
+               precision: str = "fp32", priors=None) -> np.ndarray:
+    """The NLL (nats) of every target 1..len-1 of the split, in target order, each scored exactly once. priors
+    (required under model.ngram_expert): the split's n-gram priors (minigpt.data.soft_target_files.Priors)."""
+    if (priors is None) == bool(getattr(model.config, "ngram_expert", False)):
+        raise ValueError("scoring a model.ngram_expert model needs the split's n-gram priors, and only such a model")
     ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))
     block = model.config.block_size
     plan = window_plan(len(ids), block, stride)
@@ -67,7 +71,10 @@ def target_nll(model, ids: np.ndarray | torch.Tensor, stride: int, batch_size: i
         for i in range(0, len(plan), batch_size):
             windows = plan[i:i + batch_size]
             inputs, targets, mask = window_batch(ids, windows, window, device)
-            nll = window_nll(model, inputs, targets, precision)
+            starts = torch.tensor([start for start, _ in windows])
+            prior = None if priors is None else priors.for_targets(starts, window, device)
+            nll = (window_nll(model, inputs, targets, precision) if prior is None
+                   else window_nll(model, inputs, targets, precision, prior))
             # target index (0-based over targets 1..len-1) of window position j is start + j
             position = torch.tensor([start for start, _ in windows])[:, None] + torch.arange(window)
             out[position[mask.cpu()].numpy()] = nll[mask].double().cpu().numpy()
@@ -93,7 +100,7 @@ def target_chars(ids, char_counts: np.ndarray) -> np.ndarray:
 
 
 def score_split(model, ids: np.ndarray | torch.Tensor, stride: int, batch_size: int, device: torch.device,
-                precision: str = "fp32", char_counts: np.ndarray | None = None) -> dict:
+                precision: str = "fp32", char_counts: np.ndarray | None = None, priors=None) -> dict:
     """Mean NLL over every target of the split, with perplexity and bits per character."""
     chars = None if char_counts is None else target_chars(ids, char_counts)
-    return summarise(target_nll(model, ids, stride, batch_size, device, precision), chars)
+    return summarise(target_nll(model, ids, stride, batch_size, device, precision, priors), chars)

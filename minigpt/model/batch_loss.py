@@ -11,26 +11,36 @@ from minigpt.model import devices
 
 
 def calc_loss_batch(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
-                    precision: str = "fp32") -> torch.Tensor:
+                    precision: str = "fp32", prior=None) -> torch.Tensor:
+    """The batch's mean cross-entropy; prior: the n-gram's distribution at its targets (model.ngram_expert)."""
     with devices.autocast_for(inputs.device, precision):
-        _, loss = model(inputs, targets)
+        # a model without the option (and a test's stand-in) is called as before
+        _, loss = model(inputs, targets) if prior is None else model(inputs, targets, prior=prior)
     return loss
 
 
 @torch.no_grad()
 def evaluate_model(model: nn.Module, batches, precision: str = "fp32") -> float:
-    """Mean loss over fixed batches in eval mode (no dropout), the model's train/eval mode restored after."""
+    """Mean loss over fixed batches (inputs, targets[, prior]) in eval mode (no dropout), the model's train/eval
+    mode restored after."""
     was_training = model.training
     model.eval()
     try:
-        losses = [float(calc_loss_batch(model, x, y, precision)) for x, y in batches]
+        losses = [float(calc_loss_batch(model, x, y, precision, *prior)) for x, y, *prior in batches]
     finally:
         model.train(was_training)
     return sum(losses) / len(losses)
 
 
 def fixed_val_batches(val: torch.Tensor, count: int, batch_size: int, block_size: int, seed: int,
-                      device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The validation batches, sliced once from their own seed: identical at every probe and every run."""
+                      device: torch.device, priors=None) -> list[tuple]:
+    """The validation batches, sliced once from their own seed: identical at every probe and every run; with
+    `priors` (val's n-gram priors, model.ngram_expert) each batch carries its targets' prior third."""
     gen = torch.Generator().manual_seed(seed + 1_000_003)
-    return [batching.get_batch(val, batch_size, block_size, device, gen) for _ in range(count)]
+    if priors is None:
+        return [batching.get_batch(val, batch_size, block_size, device, gen) for _ in range(count)]
+    batches = []
+    for _ in range(count):
+        inputs, targets, starts = batching.get_batch(val, batch_size, block_size, device, gen, with_starts=True)
+        batches.append((inputs, targets, priors.for_targets(starts, block_size, device)))
+    return batches

@@ -11,6 +11,7 @@ trains (train.optimizer).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
@@ -21,9 +22,12 @@ from minigpt.core.config import ModelConfig
 from minigpt.model import rotary as rotary_positions
 from minigpt.model.dropout import Dropout
 from minigpt.model.ngram_embedding import HashedNgramEmbedding
+from minigpt.model.ngram_expert import Prior, mixed_log_probs
 from minigpt.model.sampling import SamplingSettings, next_token_logits
 
 INIT_STD = 0.02
+
+PriorOf = Callable[[torch.Tensor], Prior]  # IDs [B, T] -> the n-gram's distribution of the next token, [B, 1, ...]
 
 
 class MiniGPTConfig(ModelConfig):
@@ -49,6 +53,7 @@ class KVCache:
         self.values: list[torch.Tensor | None] = [None] * num_layers
         self.length = 0
         self.tokens: torch.Tensor | None = None  # the last IDs it was fed, for model.ngram_orders
+        self.last_hidden: torch.Tensor | None = None  # the last position's final hidden state, for model.ngram_expert
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> torch.Tensor:
@@ -177,7 +182,11 @@ class MiniGPT(nn.Module):
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
         self.ln_f = nn.LayerNorm(config.embedding_dim)
         self.head = nn.Linear(config.embedding_dim, config.vocab_size, bias=False)
+        # model.ngram_expert: the gate between the network and the n-gram (minigpt.model.ngram_expert)
+        self.expert_gate = nn.Linear(config.embedding_dim, 1) if config.ngram_expert else None
         self.apply(self._init_weights)
+        if self.expert_gate is not None:  # every position starts at an even mixture
+            nn.init.zeros_(self.expert_gate.weight)
         # residual projections scaled down so the residual stream's variance does not grow with depth
         for name, param in self.named_parameters():
             if name.endswith("proj.weight"):
@@ -202,9 +211,33 @@ class MiniGPT(nn.Module):
         return [f"blocks.{i}.{name}.weight" for i, block in enumerate(self.blocks)
                 for name, module in block.named_modules() if isinstance(module, nn.Linear)]
 
-    def forward(self, inputs: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None):
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
+                prior: Prior | None = None):
         """inputs [B, T] long -> (logits [B, T, V], mean cross-entropy over B*T or None). With a cache, inputs
-        continue the positions it holds (all of a prompt into an empty cache, then one position at a time)."""
+        continue the positions it holds (all of a prompt into an empty cache, then one position at a time).
+
+        prior (model.ngram_expert only): the n-gram's distribution at every position [B, T, ...]; the logits are
+        then the mixture's log-probabilities. Without it they are the network's own (what preflight's checks of
+        the network test); scoring, training and generation pass it whenever the option is on."""
+        hidden = self.final_hidden(inputs, cache)
+        logits = self.expert_logits(hidden, prior)
+        loss = None
+        if targets is not None:
+            batch, time = targets.shape
+            loss = F.cross_entropy(logits.reshape(batch * time, -1).float(), targets.reshape(batch * time))
+        return logits, loss
+
+    def expert_logits(self, hidden: torch.Tensor, prior: Prior | None) -> torch.Tensor:
+        """The head's logits of final hidden states, mixed with `prior` by the gate when one is given."""
+        logits = self.head(hidden)
+        if prior is None:
+            return logits
+        if self.expert_gate is None:
+            raise ValueError("a prior was passed to a model built without model.ngram_expert")
+        return mixed_log_probs(logits, self.expert_gate(hidden), prior)
+
+    def final_hidden(self, inputs: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """The final LayerNorm's output [B, T, C] (what the head and the expert's gate read)."""
         batch, time = inputs.shape
         start = cache.length if cache is not None else 0
         if start + time > self.config.block_size:
@@ -224,13 +257,11 @@ class MiniGPT(nn.Module):
         x = self.drop(x)
         for layer, block in enumerate(self.blocks):
             x = block(x, cache, layer, rotary)
+        hidden = self.ln_f(x)
         if cache is not None:
             cache.length += time
-        logits = self.head(self.ln_f(x))
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.reshape(batch * time, -1).float(), targets.reshape(batch * time))
-        return logits, loss
+            cache.last_hidden = hidden[:, -1:, :]
+        return hidden
 
     @torch.no_grad()
     def generate(
@@ -242,20 +273,27 @@ class MiniGPT(nn.Module):
         generator: torch.Generator | None = None,
         top_p: float = 1.0,
         repetition_penalty: float = 1.0,
+        prior_of: PriorOf | None = None,
     ) -> torch.Tensor:
         """inputs [B, T] with max_new_tokens sampled IDs appended (eval mode; see generate_stream)."""
         settings = SamplingSettings(temperature, top_k, top_p, repetition_penalty)
-        return torch.cat([inputs, *self.generate_stream(inputs, max_new_tokens, settings, generator)], dim=1)
+        return torch.cat([inputs, *self.generate_stream(inputs, max_new_tokens, settings, generator, prior_of)],
+                         dim=1)
 
     @torch.no_grad()
     def generate_stream(self, inputs: torch.Tensor, max_new_tokens: int, settings: SamplingSettings,
-                        generator: torch.Generator | None = None):
+                        generator: torch.Generator | None = None, prior_of: PriorOf | None = None):
         """Yield the sampled IDs [B, 1] one at a time, with a KV cache: a new token costs one position, not a
         forward pass over the whole window. Positions are absolute, so the window cannot slide one token at a time
         under a cache: when it is full it restarts from its last block_size // 2 tokens (one forward pass), so a
         token sees between block_size // 2 and block_size - 1 tokens of context once the text is longer than
-        the window (the prompt is cropped to the last block_size tokens)."""
+        the window (the prompt is cropped to the last block_size tokens).
+
+        prior_of (required under model.ngram_expert): the n-gram's distribution of the next token after the text so
+        far ([B, T] IDs -> a Prior of [B, 1, ...])."""
         settings.validate(self.config.vocab_size, "sampling")
+        if (prior_of is None) != (self.expert_gate is None):
+            raise ValueError("generation under model.ngram_expert needs the n-gram (prior_of), and only then")
         block = self.config.block_size
         was_training = self.training
         self.eval()
@@ -264,6 +302,8 @@ class MiniGPT(nn.Module):
             cache, logits = self._prefill(out[:, -block:])
             for produced in range(1, max_new_tokens + 1):
                 # only the last position predicts the next token
+                if prior_of is not None:
+                    logits = self.expert_logits(cache.last_hidden, prior_of(out))
                 scores = next_token_logits(logits[:, -1, :], out[:, -block:], settings)
                 next_id = torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator)
                 out = torch.cat([out, next_id], dim=1)

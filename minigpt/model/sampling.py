@@ -63,13 +63,13 @@ STREAM_CHUNK = 32  # the CLI prints as it samples, this many characters at a tim
 
 
 def sample_chunks(model, tokenizer, prompt: str, settings: SamplingSettings, max_new_tokens: int, seed: int,
-                  device: torch.device, chunk: int = STREAM_CHUNK):
+                  device: torch.device, chunk: int = STREAM_CHUNK, prior_of=None):
     """Yield the sampled text piece by piece (every `chunk` characters) from one sampling stream, so the pieces
-    join to exactly what one call samples."""
+    join to exactly what one call samples. prior_of: the n-gram mixed in under model.ngram_expert."""
     ids = torch.as_tensor(tokenizer.encode(prompt), dtype=torch.long, device=device)[None, :]
     generator = torch.Generator(device=device).manual_seed(seed)
     pending: list[int] = []
-    for next_id in model.generate_stream(ids, max_new_tokens, settings, generator):
+    for next_id in model.generate_stream(ids, max_new_tokens, settings, generator, prior_of):
         pending.append(int(next_id[0, 0]))
         if len(pending) == chunk:
             yield tokenizer.decode(pending)
@@ -79,6 +79,6 @@ def sample_chunks(model, tokenizer, prompt: str, settings: SamplingSettings, max
 
 
 def sample_text(model, tokenizer, prompt: str, settings: SamplingSettings, max_new_tokens: int, seed: int,
-                device: torch.device) -> str:
+                device: torch.device, prior_of=None) -> str:
     return "".join(sample_chunks(model, tokenizer, prompt, settings, max_new_tokens, seed, device,
-                                 chunk=max(1, max_new_tokens)))
+                                 chunk=max(1, max_new_tokens), prior_of=prior_of))

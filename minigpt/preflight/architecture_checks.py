@@ -44,7 +44,8 @@ def expected_parameters(config) -> dict[str, int]:
             "ngram_emb": max(config.ngram_orders - 1, 0) * config.ngram_buckets * width,
             "blocks": config.num_layers * block,
             "ln_f": layer_norm,
-            "head": vocab * width}  # no bias
+            "head": vocab * width,  # no bias
+            **({"expert_gate": width + 1} if config.ngram_expert else {})}
 
 
 def measured_parameters(model: nn.Module) -> dict[str, int]:
@@ -108,7 +109,7 @@ def check_architecture(ctx: Context) -> dict:
     measured = {"expected_parameters": expected, "parameters": measured_counts,
                 "options": {k: getattr(config, k) for k in ("position", "qk_norm", "mlp", "attention_dropout",
                                                                   "attention_precision", "ngram_orders",
-                                                                  "ngram_buckets")}}
+                                                                  "ngram_buckets", "ngram_expert")}}
     problems = [f"{part}: {measured_counts.get(part, 0):,} parameters, the config says {want:,}"
                 for part, want in expected.items() if measured_counts.get(part, 0) != want]
     problems += [f"{part}: {n:,} parameters in a part the config does not have"

@@ -14,6 +14,7 @@ from minigpt.core.config import Params
 from minigpt.data.soft_target_files import SoftTargets
 from minigpt.data.tokenizer_files import Tokenizer
 from minigpt.model.gpt import MiniGPT, MiniGPTConfig
+from minigpt.train import distill
 
 
 @dataclass
@@ -30,7 +31,7 @@ class Context:
     meta: dict | None = None
     splits: dict[str, torch.Tensor] = field(default_factory=dict)
     batch: tuple[torch.Tensor, torch.Tensor] | None = None
-    soft_targets: SoftTargets | None = None  # train.distill_alpha > 0: what the run trains towards
+    soft_targets: SoftTargets | None = None  # params.uses_soft_targets(): what the run trains towards or mixes in
     model: nn.Module | None = None
     rehearsal: dict | None = None
     summary: dict = field(default_factory=dict)
@@ -40,6 +41,15 @@ class Context:
 
     def generator(self, offset: int = 0) -> torch.Generator:
         return torch.Generator().manual_seed(self.params.preflight.seed + offset)
+
+    def batch_with_prior(self) -> tuple:
+        """(inputs, targets, prior): the check batch and the n-gram the run mixes in at its targets under
+        model.ngram_expert (the same windows, drawn with their starts), else ctx.batch and None."""
+        if not self.params.model.ngram_expert or self.soft_targets is None:
+            return (*self.batch, None)
+        inputs = self.batch[0]
+        return distill.draw_batch(self.splits["train"], inputs.shape[0], inputs.shape[1], self.device,
+                                  self.generator(1), self.soft_targets)
 
     def seed_all(self, offset: int = 0) -> None:
         torch.manual_seed(self.params.preflight.seed + offset)

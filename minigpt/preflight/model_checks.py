@@ -161,7 +161,8 @@ def check_gradients(ctx: Context) -> dict:
         raise CheckFailed("no parameter requires grad: every parameter is frozen", measured)
     ctx.seed_all(3)
     with NonFiniteTracker(model) as tracker:
-        loss = batch_loss.calc_loss_batch(model, *ctx.batch, ctx.params.train.precision)
+        inputs, targets, prior = ctx.batch_with_prior()  # under model.ngram_expert the gate's gradient too
+        loss = batch_loss.calc_loss_batch(model, inputs, targets, ctx.params.train.precision, prior)
         loss.backward()
     missing = [n for n, p in trainable if p.grad is None]
     nonfinite = [n for n, p in trainable if p.grad is not None and not torch.isfinite(p.grad).all()]
@@ -202,7 +203,9 @@ def check_optimizer_update(ctx: Context) -> dict:
         raise CheckFailed(str(exc), {"max_change": 0.0}) from None
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     ctx.seed_all(4)
-    result = train_step.training_step(model, optimizer, *ctx.batch, train.lr, train.precision, train.grad_clip)
+    inputs, targets, prior = ctx.batch_with_prior()
+    result = train_step.training_step(model, optimizer, inputs, targets, train.lr, train.precision, train.grad_clip,
+                                      **({} if prior is None else {"prior": prior}))
     changes = {n: float((p.detach() - before[n]).abs().max()) for n, p in model.named_parameters()}
     unchanged = [n for n, c in changes.items() if c == 0.0]
     max_change = max(changes.values())

@@ -94,7 +94,8 @@ def check_resume(ctx: Context) -> dict:
 
 CHECKS: tuple[Check, ...] = (
     Check("resume", check_resume,
-          ("optimizer_update", "lr_schedule", "soft_targets", "soft_targets_held_out", "soft_targets_aligned"),
+          ("optimizer_update", "lr_schedule", "soft_targets", "soft_targets_held_out", "soft_targets_aligned",
+           "ngram_priors", "expert_gate_even"),
           lambda c: (f"the real loop, stopped after step {RESUME_AT} and resumed into fresh objects, ends step "
                      f"{RESUME_AT + MORE} bit for bit equal to the same run uninterrupted (weights, trained weights, "
                      "optimizer state, RNG streams, batch stream, weight average, step and best), and verified what "

@@ -19,11 +19,12 @@ from minigpt.train import distill
 HELD_OUT_SAMPLE = 256  # positions of one fold recomputed from scratch
 PROBABILITY_TOLERANCE = 2e-3  # stored in fp16: a probability <= 1 is off by at most 4.9e-4
 ALIGNED_RATIO = 2.0  # the soft targets' mass on the targets over their mass on the inputs (or the next target)
-UNUSED = {"used": False, "why": "train.distill_alpha is 0: the run trains on the one-hot targets alone"}
+UNUSED = {"used": False, "why": "train.distill_alpha is 0 and model.ngram_expert false: the run trains on the "
+          "one-hot targets alone"}
 
 
 def _used(ctx: Context) -> bool:
-    return ctx.params.train.distill_alpha > 0
+    return ctx.params.uses_soft_targets()
 
 
 def check_soft_targets(ctx: Context) -> dict:
@@ -108,8 +109,8 @@ def check_soft_targets_aligned(ctx: Context) -> dict:
     if not _used(ctx):
         return UNUSED
     block = ctx.model_config.block_size
-    inputs, targets, (ids, probs) = distill.draw_batch(ctx.splits["train"], ctx.params.preflight.batch_size, block,
-                                                       ctx.device, ctx.generator(7), ctx.soft_targets)
+    inputs, targets, (ids, probs, _rest) = distill.draw_batch(ctx.splits["train"], ctx.params.preflight.batch_size,
+                                                              block, ctx.device, ctx.generator(7), ctx.soft_targets)
     on_targets = _mass_on(ids, probs, targets)
     on_inputs = _mass_on(ids, probs, inputs)
     on_next = _mass_on(ids[:, :-1], probs[:, :-1], targets[:, 1:]) if block > 1 else 0.0

@@ -24,6 +24,7 @@ from minigpt.model.gpt import MiniGPTConfig
 from minigpt.preflight import (
     architecture_checks,
     data_checks,
+    expert_checks,
     model_checks,
     resume_check,
     soft_target_checks,
@@ -45,7 +46,8 @@ SUMMARY_FIELDS = ("tokenizer_fingerprint", "vocab_size", "token_range", "batch_s
 FAMILIES = {
     "environment": "correctness", "files": "correctness", "tokenizer": "correctness", "token_ids": "correctness",
     "batch_shift": "correctness", "soft_targets": "correctness", "soft_targets_held_out": "correctness",
-    "soft_targets_aligned": "correctness", "forward_shapes": "correctness", "initial_loss": "numerical",
+    "soft_targets_aligned": "correctness", "ngram_priors": "correctness", "expert_gate_even": "correctness",
+    "forward_shapes": "correctness", "initial_loss": "numerical",
     "causal_independence": "correctness", "architecture": "correctness", "gradients": "numerical",
     "optimizer_update": "optimisation",
     "decay_split": "optimisation", "lr_schedule": "optimisation", "clipping_contract": "numerical",
@@ -54,7 +56,8 @@ FAMILIES = {
 }
 CHECKS: tuple[Check, ...] = tuple(
     replace(check, family=FAMILIES[check.name])
-    for check in (data_checks.CHECKS + soft_target_checks.CHECKS + model_checks.CHECKS + architecture_checks.CHECKS
+    for check in (data_checks.CHECKS + soft_target_checks.CHECKS + model_checks.CHECKS + expert_checks.CHECKS
+                  + architecture_checks.CHECKS
                   + step_checks.CHECKS + resume_check.CHECKS + watchdog_check.CHECKS + training_checks.CHECKS))
 
 

@@ -23,6 +23,7 @@ from minigpt.data import batching
 from minigpt.data.bpe import BPETokenizer
 from minigpt.model import batch_loss
 from minigpt.model.gpt import MiniGPTConfig
+from minigpt.model.ngram_expert import prior_log_probs
 from minigpt.model.nonfinite import first_non_finite_module
 from minigpt.preflight.checks import Check, CheckFailed
 from minigpt.preflight.context import Context
@@ -47,8 +48,14 @@ def unigram_entropy(log_p: np.ndarray) -> float:
 
 def unigram_loss(batches, log_p: np.ndarray) -> float:
     """The loss a model that knows only train's character frequencies gets on these batches' targets."""
-    targets = np.concatenate([y.cpu().numpy().ravel() for _, y in batches])
+    targets = np.concatenate([y.cpu().numpy().ravel() for _, y, *_prior in batches])
     return float(-log_p[targets].mean())
+
+
+def ngram_loss(batches, vocab: int) -> float:
+    """The loss of the n-gram alone (model.ngram_expert's prior) on these batches' targets."""
+    losses = [-prior_log_probs(prior, vocab).gather(-1, y[..., None]).mean() for _, y, prior in batches]
+    return float(torch.stack(losses).mean())
 
 
 def rehearsal_warmup(ctx: Context) -> int:
@@ -68,8 +75,13 @@ def rehearse(ctx: Context) -> dict:
     model.train()
     block = ctx.model_config.block_size
     probe_gen = ctx.generator(50)
-    probes = [batching.get_batch(ctx.splits["train"], pre.batch_size, block, ctx.device, probe_gen)
-              for _ in range(pre.probe_batches)]
+    expert = ctx.params.model.ngram_expert
+    if expert:  # the probes carry the n-gram the run mixes in: the rehearsal judges the mixture the run trains
+        probes = [distill.draw_batch(ctx.splits["train"], pre.batch_size, block, ctx.device, probe_gen,
+                                     ctx.soft_targets) for _ in range(pre.probe_batches)]
+    else:
+        probes = [batching.get_batch(ctx.splits["train"], pre.batch_size, block, ctx.device, probe_gen)
+                  for _ in range(pre.probe_batches)]
     warmup = rehearsal_warmup(ctx)
     steps = warmup + pre.rehearsal_steps
     run_step = train_step.ScheduledStep(model, train, warmup_steps=warmup)  # the run's step, a shorter warmup
@@ -78,6 +90,7 @@ def rehearse(ctx: Context) -> dict:
               "precision": train.precision, "probe_batches": pre.probe_batches,
               "probe_loss_before": batch_loss.evaluate_model(model, probes, train.precision),
               "probe_unigram_loss": unigram_loss(probes, log_p), "unigram_entropy": unigram_entropy(log_p),
+              "probe_ngram_loss": ngram_loss(probes, ctx.model_config.vocab_size) if expert else None,
               "losses": [], "lrs": [],
               "failure": None}
     gen = ctx.generator(5)
@@ -140,13 +153,16 @@ def check_lr_stability(ctx: Context) -> dict:
 
 def check_rehearsal_learns(ctx: Context) -> dict:
     """The model must have learned more than character frequencies: the fixed batches' loss ends clearly below
-    what train's unigram distribution scores on those very batches (so a batch of rare text moves both)."""
+    what train's unigram distribution scores on those very batches (so a batch of rare text moves both). Under
+    model.ngram_expert the loss is the mixture's, which the gate alone can bring down to the n-gram's
+    (probe_ngram_loss, recorded): there this proves the step's updates land, and optimizer_update that every
+    parameter, the network's included, moves."""
     record, margin = ctx.rehearsal, ctx.params.preflight.learn_margin
     bar = record["probe_unigram_loss"] - margin
     after = record["probe_loss_after"]
     measured = {"probe_loss_before": record["probe_loss_before"], "probe_loss_after": after,
                 "probe_unigram_loss": record["probe_unigram_loss"],
-                "unigram_entropy": record["unigram_entropy"],
+                "unigram_entropy": record["unigram_entropy"], "probe_ngram_loss": record["probe_ngram_loss"],
                 "log_v": math.log(ctx.model_config.vocab_size), "bar": bar, "steps": len(record["losses"])}
     ctx.summary["rehearsal_loss"] = after
     unit = "token" if isinstance(ctx.tokenizer, BPETokenizer) else "character"
@@ -226,7 +242,8 @@ CHECKS: tuple[Check, ...] = (
            "warmup needed (instability starts at the peak LR)", "a broken LR schedule (cosine_with_warmup)")),
     Check("rehearsal_learns", check_rehearsal_learns, ("lr_stability",),
           lambda c: (f"after the rehearsal, the loss on {c.params.preflight.probe_batches} fixed train batches <= "
-                     f"the loss of train's character frequencies on them - {c.params.preflight.learn_margin}"),
+                     f"the loss of train's character frequencies on them - {c.params.preflight.learn_margin}"
+                     + (" (the mixture's, model.ngram_expert)" if c.params.model.ngram_expert else "")),
           ("updates never reach the weights (zero_grad between backward and step, optimizer over other tensors)",
            "learning rate far too low, or a schedule that sends it to zero", "gradients cut (detach / no_grad)",
            "inputs and targets misaligned, so there is nothing to learn")),

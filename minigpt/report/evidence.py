@@ -193,7 +193,8 @@ def _overfit(m: dict) -> Lines:
 
 
 def _unused_or(lines: Callable[[dict], Lines]) -> Callable[[dict], Lines]:
-    return lambda m: lines(m) if m.get("used") else [("soft targets", "not used (train.distill_alpha 0)")]
+    unused = [("soft targets", "not used (train.distill_alpha 0, model.ngram_expert false)")]
+    return lambda m: lines(m) if m.get("used") else unused
 
 
 @_unused_or
@@ -220,6 +221,24 @@ def _soft_targets_aligned(m: dict) -> Lines:
                                    f"{_num(m.get('mass_on_next_target'))}")]
 
 
+def _expert_unused_or(lines: Callable[[dict], Lines]) -> Callable[[dict], Lines]:
+    return lambda m: lines(m) if m.get("used", True) else [("n-gram expert", "not used (model.ngram_expert false)")]
+
+
+@_expert_unused_or
+def _ngram_priors(m: dict) -> Lines:
+    return [(split, f"{_num((m.get(split) or {}).get('positions_compared'))} positions: stored and recounted on train "
+                    f"differ by at most {_num((m.get(split) or {}).get('max_abs_difference'))}; mass on the targets "
+                    f"stored {_num((m.get(split) or {}).get('stored_mass_on_targets'))}, recounted "
+                    f"{_num((m.get(split) or {}).get('recounted_mass_on_targets'))}") for split in ("val", "test")]
+
+
+@_expert_unused_or
+def _expert_gate_even(m: dict) -> Lines:
+    return [("a new model's mixture", f"differs from half the network and half the n-gram by at most "
+                                      f"{_num(m.get('max_abs_difference'))}; sums to {_num(m.get('mixed_sums_to'))}")]
+
+
 def _scalars(m: dict) -> Lines:
     return [(key, _num(value)) for key, value in m.items() if isinstance(value, (int, float, bool, str))][:8]
 
@@ -227,7 +246,8 @@ def _scalars(m: dict) -> Lines:
 FORMATTERS: dict[str, Callable[[dict], Lines]] = {
     "environment": _environment, "files": _files, "tokenizer": _tokenizer, "token_ids": _token_ids,
     "batch_shift": _batch_shift, "soft_targets": _soft_targets, "soft_targets_held_out": _soft_targets_held_out,
-    "soft_targets_aligned": _soft_targets_aligned, "forward_shapes": _forward_shapes, "initial_loss": _initial_loss,
+    "soft_targets_aligned": _soft_targets_aligned, "ngram_priors": _ngram_priors,
+    "expert_gate_even": _expert_gate_even, "forward_shapes": _forward_shapes, "initial_loss": _initial_loss,
     "causal_independence": _causal,
     "architecture": _architecture, "gradients": _gradients, "optimizer_update": _optimizer_update,
     "decay_split": _decay_split,

@@ -20,7 +20,9 @@ from minigpt.data import batching
 from minigpt.data.soft_target_files import SoftTargets
 from minigpt.model import devices
 
-Soft = tuple[torch.Tensor, torch.Tensor]  # (token IDs [B, T, top] long, their probabilities [B, T, top] float32)
+# (token IDs [B, T, top] long, their probabilities [B, T, top] float32, the mass outside them [B, T] float32): also
+# the prior model.ngram_expert mixes in (minigpt.model.ngram_expert.Prior)
+Soft = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def draw_batch(data: torch.Tensor, batch_size: int, block_size: int, device, generator,
@@ -34,14 +36,15 @@ def draw_batch(data: torch.Tensor, batch_size: int, block_size: int, device, gen
 
 def soft_cross_entropy(logits: torch.Tensor, soft: Soft) -> torch.Tensor:
     """Mean over positions of -sum_j p_j log q(id_j), q the model's softmax (in fp32), (id, p) the soft target."""
-    ids, probs = soft
+    ids, probs = soft[0], soft[1]
     log_q = F.log_softmax(logits.float(), dim=-1).gather(-1, ids)
     return -(probs * log_q).sum(-1).mean()
 
 
 def distilled_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, soft: Soft, alpha: float,
-                   precision: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the objective to minimise, the one-hot CE alone) of one forward pass."""
+                   precision: str, prior: Soft | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the objective to minimise, the one-hot CE alone) of one forward pass (mixed with `prior` under
+    model.ngram_expert)."""
     with devices.autocast_for(inputs.device, precision):
-        logits, loss = model(inputs, targets)
+        logits, loss = model(inputs, targets) if prior is None else model(inputs, targets, prior=prior)
     return (1 - alpha) * loss + alpha * soft_cross_entropy(logits, soft), loss

@@ -14,6 +14,7 @@ from minigpt.core.config import MachineConfig, Params
 from minigpt.core.errors import MinigptError
 from minigpt.core.io_utils import canonical_json_digest, read_json, sha256_file
 from minigpt.core.paths import DEBUG_REPORT, ENCODED_DIR, SOFT_TARGETS_DIR, SPLITS, TOKENIZER_FILE
+from minigpt.core.provenance import NGRAM_PRIORS_FILE
 from minigpt.data.encode import split_hashes
 from minigpt.data.soft_target_files import ARRAYS_NAME
 from minigpt.data.tokenizer_files import load_tokenizer
@@ -49,16 +50,19 @@ def gated_config(params: Params) -> dict:
 
 def current_fingerprints(params: Params, root: Path = Path(".")) -> dict:
     """What a report is bound to: the encoded arrays' SHA-256, the tokenizer fingerprint, the gated config, the
-    run's code, and the soft targets' SHA-256 when the run trains on them (else None)."""
+    run's code, and the soft targets' SHA-256 when the run reads them (else None), with the val and test priors'
+    under model.ngram_expert."""
     encoded = split_hashes(root / ENCODED_DIR)
     try:
         tokenizer = load_tokenizer(root / TOKENIZER_FILE).fingerprint
     except MinigptError:
         tokenizer = None
     targets = root / SOFT_TARGETS_DIR / ARRAYS_NAME
-    soft = sha256_file(targets) if params.train.distill_alpha > 0 and targets.is_file() else None
+    priors = root / NGRAM_PRIORS_FILE
+    soft = sha256_file(targets) if params.uses_soft_targets() and targets.is_file() else None
+    heldout = sha256_file(priors) if params.model.ngram_expert and priors.is_file() else None
     return {"encoded": encoded, "tokenizer": tokenizer, "config": canonical_json_digest(gated_config(params)),
-            "code": code_fingerprint(), "soft_targets": soft}
+            "code": code_fingerprint(), "soft_targets": soft, "ngram_priors": heldout}
 
 
 def _changed_keys(section: str, old, new) -> list[str]:
@@ -98,6 +102,8 @@ def verify_gate(params: Params, root: Path = Path("."), report_path: Path | None
         stale.append("tokenizer")
     if then.get("soft_targets") != now["soft_targets"]:
         stale.append("soft targets")
+    if then.get("ngram_priors") != now["ngram_priors"]:
+        stale.append("n-gram priors of val and test")
     if then.get("config") != now["config"]:
         old = report.get("config") or {}
         new = gated_config(params)

@@ -56,10 +56,11 @@ class TrainingDiverged(MinigptError):
 
 
 def generate_and_print_sample(model: MiniGPT, tokenizer: Tokenizer, prompt: str, length: int,
-                              device: torch.device, seed: int = 0, out: Callable[[str], None] = print) -> str:
+                              device: torch.device, seed: int = 0, out: Callable[[str], None] = print,
+                              prior_of=None) -> str:
     """The prompt and `length` characters sampled after it (plain sampling, its own generator: the training RNG is
-    not touched), printed."""
-    text = prompt + sample_text(model, tokenizer, prompt, SamplingSettings(), length, seed, device)
+    not touched), printed; prior_of: the n-gram mixed in under model.ngram_expert."""
+    text = prompt + sample_text(model, tokenizer, prompt, SamplingSettings(), length, seed, device, prior_of)
     out(f"[sample] {text!r}")
     return text
 
@@ -119,7 +120,8 @@ def train(params: Params, root: Path = Path("."), *, require_gate: bool = True,
 def _loop(run: Run, stop: StopRequest) -> dict:
     cfg, ddp, progress, device, say = run.cfg, run.ddp, run.progress, run.device, run.say
     block = run.params.model.block_size
-    val_batches = batch_loss.fixed_val_batches(run.val_ids, cfg.eval_batches, cfg.batch_size, block, cfg.seed, device)
+    val_batches = batch_loss.fixed_val_batches(run.val_ids, cfg.eval_batches, cfg.batch_size, block, cfg.seed, device,
+                                               run.val_priors)
     per_rank_batch = cfg.batch_size // ddp.world
     tokens_per_step = cfg.batch_size * block
     budget = cfg.max_seconds
@@ -253,7 +255,8 @@ def _evaluate(run: Run, record: dict, val_batches, checks: TrainingChecks) -> bo
         record["val_loss_trained"] = round(val_trained, 6)
     if cfg.sample_length:
         record["sample"] = generate_and_print_sample(run.scored_model, run.tokenizer, cfg.sample_prompt,
-                                                     cfg.sample_length, run.device, cfg.seed, run.say)
+                                                     cfg.sample_length, run.device, cfg.seed, run.say,
+                                                     run.next_token_ngram)
     improved = val_loss < progress.best_val_loss
     if improved:
         progress.best_val_loss, progress.best_step = val_loss, progress.step

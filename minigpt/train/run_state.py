@@ -20,7 +20,15 @@ from minigpt.core.errors import DataError
 from minigpt.core.paths import ENCODED_DIR, SOFT_TARGETS_DIR, TRAIN_LOG
 from minigpt.core.provenance import Custody
 from minigpt.data.encode import load_split
-from minigpt.data.soft_target_files import SoftTargets, load_soft_targets
+from minigpt.data.soft_target_files import (
+    NextTokenNgram,
+    Priors,
+    SoftTargets,
+    load_heldout_priors,
+    load_next_token_ngram,
+    load_soft_targets,
+    ngram_identity,
+)
 from minigpt.data.tokenizer_files import Tokenizer, load_tokenizer
 from minigpt.model.checkpoint import CheckpointError, load_state_strict, save_checkpoint
 from minigpt.model.gpt import MiniGPTConfig
@@ -66,7 +74,9 @@ class Run:
     watch: Watchdogs | None = None
     threads_used: set[int] = field(default_factory=set)  # torch's threads at each rebalance (thread_share)
     average: WeightAverage | None = None  # train.ema_decay: the weights evaluated, kept as best and sampled
-    soft_targets: SoftTargets | None = None  # train.distill_alpha > 0: every train position's soft target
+    soft_targets: SoftTargets | None = None  # params.uses_soft_targets(): every train position's soft target
+    val_priors: Priors | None = None  # model.ngram_expert: the n-gram at val positions, for the in-run evaluations
+    next_token_ngram: NextTokenNgram | None = None  # model.ngram_expert with samples: the n-gram they mix in
     custody: Custody | None = None  # the provenance record of what the run read (written when it completes)
     curves_png: bool = True  # draw reports/train_curves.png at the end (the CSV plots are always written)
 
@@ -93,6 +103,8 @@ class Run:
             # what a resume must restore, part by part (continue_from recomputes them from the restored objects)
             part_digests=self.part_digests(rng, [state_digest(s) for s in batch_rng]),
         )
+        if getattr(self.raw_model.config, "ngram_expert", False):  # evaluate and generate refuse any other n-gram
+            state["ngram_expert_source"] = ngram_identity(self.soft_targets.summary)
         if self.average is not None:
             # model_state_dict is the average (what evaluate and generate load); the trained weights resume the run
             state.update(trained_state_dict=self.raw_model.state_dict(), average_updates=self.average.updates)
@@ -144,7 +156,7 @@ def prepare_run(params: Params, root: Path, ddp: Dist, say, model_factory, custo
     splits = {split: load_split(root / ENCODED_DIR, split) for split in ("train", "val")}
     for split, ids in splits.items():
         custody.used(f"{split} ids", ids)
-    if cfg.distill_alpha > 0:
+    if params.uses_soft_targets():
         custody.take("soft targets")
     for split, ids in splits.items():
         if ids.numel() < config.block_size + 1:
@@ -162,7 +174,12 @@ def prepare_run(params: Params, root: Path, ddp: Dist, say, model_factory, custo
               {"resume_fingerprint": fingerprint, "code_fingerprint": code},
               average=WeightAverage(model, cfg.ema_decay) if cfg.ema_decay is not None else None,
               soft_targets=load_soft_targets(root / SOFT_TARGETS_DIR, root / ENCODED_DIR)
-              if cfg.distill_alpha > 0 else None, custody=custody)
+              if params.uses_soft_targets() else None, custody=custody)
+    if config.ngram_expert:
+        custody.take("n-gram priors")
+        run.val_priors = load_heldout_priors(root / SOFT_TARGETS_DIR, root / ENCODED_DIR)["val"]
+        if cfg.sample_length:
+            run.next_token_ngram = load_next_token_ngram(root / SOFT_TARGETS_DIR, root / ENCODED_DIR)
     checkpoint = find_resume_checkpoint(params, fingerprint, code, root, say)
     if checkpoint is not None:
         continue_from(run, checkpoint)

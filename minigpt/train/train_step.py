@@ -74,21 +74,22 @@ class StepResult:
 
 def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor, targets: torch.Tensor,
                   lr: float, precision: str, grad_clip: float, clip_params=None, soft: distill.Soft | None = None,
-                  distill_alpha: float = 0.0) -> StepResult:
+                  distill_alpha: float = 0.0, prior: distill.Soft | None = None) -> StepResult:
     """lr into every group -> forward in the run's precision -> loss -> zero_grad, backward -> clip -> step.
 
     The optimizer does not step on a non-finite loss or gradient norm; the gradients are left in place, so the
     caller can say where they went non-finite. clip_params: the parameters to clip (the unwrapped model's under
     DDP / torch.compile; default: model.parameters()). soft: the batch's soft targets, mixed into the objective with
-    weight distill_alpha (minigpt.train.distill); the result's loss is the one-hot CE either way.
+    weight distill_alpha (minigpt.train.distill); the result's loss is the one-hot CE either way. prior: the n-gram
+    mixed into the output (model.ngram_expert), the soft targets themselves.
     """
     for group in optimizer.param_groups:
         group["lr"] = lr
     with record_function(PHASES["forward"]):
         if soft is None or distill_alpha == 0:
-            loss = objective = batch_loss.calc_loss_batch(model, inputs, targets, precision)
+            loss = objective = batch_loss.calc_loss_batch(model, inputs, targets, precision, prior)
         else:
-            objective, loss = distill.distilled_loss(model, inputs, targets, soft, distill_alpha, precision)
+            objective, loss = distill.distilled_loss(model, inputs, targets, soft, distill_alpha, precision, prior)
     optimizer.zero_grad(set_to_none=True)
     with record_function(PHASES["backward"]):
         objective.backward()
@@ -114,6 +115,8 @@ class ScheduledStep:
         self.warmup_steps = warmup_steps
         self.model = model
         self.forward_model = model
+        # model.ngram_expert: every step's output is mixed with the batch's soft targets (its cross-fitted n-gram)
+        self.expert = bool(getattr(getattr(model, "config", None), "ngram_expert", False))
         self.optimizer = make_optimizer(model, train_cfg, lr=self.lr_at(1))
 
     def run_through(self, wrapper: nn.Module) -> None:
@@ -127,6 +130,10 @@ class ScheduledStep:
         lr = self.lr_at(step, time_fraction)
         cfg = self.train_cfg
         distilled = {} if soft is None else {"soft": soft, "distill_alpha": cfg.distill_alpha}
+        if self.expert:
+            if soft is None:
+                raise ValueError("model.ngram_expert: the step needs the batch's soft targets (its prior)")
+            distilled["prior"] = soft
         result = training_step(self.forward_model, self.optimizer, inputs, targets, lr, cfg.precision, cfg.grad_clip,
                                self.model.parameters(), **distilled)
         return StepResult(result.loss, result.grad_norm, result.lr, result.stepped, scheduled_lr=lr)
