@@ -44,8 +44,9 @@ from bench_common import (
     write_result,
 )
 from minigpt.core.errors import MinigptError
-from minigpt.core.paths import ENCODED_DIR
+from minigpt.core.paths import ENCODED_DIR, SOFT_TARGETS_DIR
 from minigpt.data.encode import load_ids
+from minigpt.data.soft_target_files import load_heldout_priors
 from minigpt.evaluate.checkpoint_eval import evaluate_checkpoint
 from minigpt.evaluate.intervals import welch_interval
 from minigpt.model.batch_loss import evaluate_model
@@ -96,16 +97,19 @@ QUIET = ["train.sample_length=0"]
 
 
 def nanogpt_style_estimate(checkpoint_metrics: dict, params, work: Path) -> float:
-    """nanoGPT's estimate_loss: the mean loss of 20 random val batches (batch 12, the model's block), in bpc."""
+    """nanoGPT's estimate_loss: the mean loss of 20 random val batches (batch 12, the model's block), in bpc (of the
+    output mixed with its n-gram under model.ngram_expert)."""
     model = model_from_checkpoint(load_checkpoint(Path(checkpoint_metrics["checkpoint"])), torch.device("cpu"), "best")
     val = torch.as_tensor(load_ids(work / ENCODED_DIR, "val").astype(np.int64))
+    priors = (load_heldout_priors(work / SOFT_TARGETS_DIR, work / ENCODED_DIR)["val"] if model.config.ngram_expert
+              else None)
     gen = torch.Generator().manual_seed(0)
     block = model.config.block_size
     batches = []
     for _ in range(20):
         starts = torch.randint(len(val) - block - 1, (12,), generator=gen)
         index = starts[:, None] + torch.arange(block)
-        batches.append((val[index], val[index + 1]))
+        batches.append((val[index], val[index + 1], *([] if priors is None else [priors.at(index + 1)])))
     return evaluate_model(model, batches) / math.log(2)
 
 

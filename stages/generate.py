@@ -14,9 +14,7 @@ def run(params):
     custody.clear(GENERATION_REPORT, SAMPLES_MD)  # a failed run leaves nothing that could pass for its result
     checkpoint = custody.take("checkpoint")
     custody.take("tokenizer")
-    if params.model.ngram_expert:  # generation counts the n-gram it mixes in on encoded train
-        custody.take("n-gram train ids")
-    report, markdown = generate_samples(params, Path("."), checkpoint)
+    report, markdown = generate_samples(params, Path("."), checkpoint, custody)
     atomic_write_json(GENERATION_REPORT, report)
     atomic_write_text(SAMPLES_MD, markdown + "\n")
     custody.made(GENERATION_REPORT, SAMPLES_MD)

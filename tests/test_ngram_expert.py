@@ -4,22 +4,28 @@ with the one of its positions; a checkpoint refuses another n-gram; preflight's 
 position off, priors counted with the split they score, and a gate that does not start at zero."""
 
 import json
-import shutil
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers.pipeline_fixture import recompose, run_stage
+from helpers.pipeline_fixture import recompose, record_as_written, run_stage
 from helpers.tiny_models import small_config
 from minigpt.core.errors import ConfigError, DataError
 from minigpt.core.paths import ENCODED_DIR, SOFT_TARGETS_DIR
 from minigpt.data import soft_target_files
 from minigpt.data.encode import load_ids
-from minigpt.data.soft_target_files import Priors, build_soft_targets, load_heldout_priors, load_soft_targets
+from minigpt.data.soft_target_files import (
+    NextTokenNgram,
+    Priors,
+    build_soft_targets,
+    load_heldout_priors,
+    load_soft_targets,
+)
 from minigpt.data.soft_targets import count_ngrams, heldout_topk
 from minigpt.evaluate.checkpoint_eval import evaluate_checkpoint
+from minigpt.evaluate.doctor import diagnose
 from minigpt.evaluate.generation import generate_samples
 from minigpt.evaluate.scoring import target_nll
 from minigpt.model import batch_loss
@@ -91,6 +97,36 @@ def test_generation_mixes_the_ngram_of_the_text_so_far():
         next(model.generate_stream(torch.zeros(1, 2, dtype=torch.long), 1, SamplingSettings()))
 
 
+def test_the_next_token_ngram_is_the_stored_ngram_of_the_text_so_far(fixture_texts):
+    text = fixture_texts["wiki.train.raw"][:20_000]
+    chars = sorted(set(text))
+    ids = np.array([chars.index(c) for c in text])
+    summary = {"order": 4, "top": 8, "discount": 0.9, "vocab_size": len(chars)}
+    ngram = NextTokenNgram(ids[:15_000], summary)
+    counts = count_ngrams(ids[:15_000], len(chars), 4)
+    for t in (1, 2, 500, 19_999):
+        top_ids, probs, _, kept = heldout_topk(counts, ids, np.array([t]), 8, 0.9)
+        got_ids, got_probs, got_rest = ngram(torch.from_numpy(ids[:t])[None])
+        assert got_ids.shape == (1, 1, 8) and got_rest.shape == (1, 1)
+        assert torch.equal(got_ids[0, 0], torch.from_numpy(top_ids[0]))
+        assert np.allclose(got_probs[0, 0].numpy(), probs[0]) and float(got_rest) == pytest.approx(1 - kept[0])
+
+
+def test_dynamic_evaluation_mixes_the_ngram_in_and_at_a_vanishing_lr_is_the_static_score():
+    from minigpt.evaluate.dynamic import dynamic_score
+
+    torch.manual_seed(0)
+    model = MiniGPT(small_config(vocab=12, block_size=8, ngram_expert=True)).eval()
+    ids = torch.randint(0, 12, (300,)).numpy()
+    ids_t, probs, rest = random_prior((300,), 12, 4)
+    priors = Priors(ids_t, probs.half(), rest)
+    static = target_nll(model, ids, 4, 4, torch.device("cpu"), priors=priors)
+    dynamic = dynamic_score(model, ids, 4, 1, 1e-12, torch.device("cpu"), priors=priors)
+    assert dynamic["loss"] == pytest.approx(float(static.mean()), rel=1e-5)
+    with pytest.raises(ValueError, match="needs the split's n-gram priors"):
+        dynamic_score(model, ids, 4, 1, 1e-12, torch.device("cpu"))
+
+
 def test_the_expert_needs_soft_targets(project):
     root, source = project
     with pytest.raises(ConfigError, match="'model.ngram_expert' = true mixes the output with the soft targets"):
@@ -110,12 +146,13 @@ def test_the_stage_stores_val_and_test_priors_counted_on_train(project):
         prior = priors[split].at(torch.arange(1, len(ids)))
         q = prior_log_probs(prior, summary["vocab_size"])
         bits = -q.gather(-1, torch.from_numpy(ids[1:])[:, None]).double() / np.log(2)
-        _, _, expected_bits, _ = heldout_topk(counts, ids, np.arange(1, len(ids)), 16, 0.9)
+        _, _, expected_bits, kept = heldout_topk(counts, ids, np.arange(1, len(ids)), 16, 0.9)
+        assert np.allclose(priors[split].rest[1:].numpy(), 1 - kept, atol=1e-6)
         # the stored top 16 + spread rest scores the targets about as the full n-gram does, and the summary says so
         assert float(bits.mean()) == pytest.approx(float(expected_bits.mean()), abs=0.05)
         assert summary["heldout_bits_per_token"][split] == pytest.approx(float(expected_bits.mean()), rel=1e-9)
     soft = load_soft_targets(root / SOFT_TARGETS_DIR, root / ENCODED_DIR)
-    assert soft.rest.shape == (len(train),) and float(soft.rest[1:].min()) >= 0
+    assert soft.rest.shape == (len(train),) and float(soft.rest[0]) == 0  # position 0: one-hot on its own token
 
 
 def test_an_expert_run_trains_evaluates_and_generates_with_the_ngram(project):
@@ -131,6 +168,16 @@ def test_an_expert_run_trains_evaluates_and_generates_with_the_ngram(project):
     assert summary["steps"] == 30
     checkpoint = torch.load(root / "models/mini_gpt_best.pt", weights_only=True)
     assert checkpoint["ngram_expert_source"]["order"] == 3
+    best = load_trained_model(root / "models/mini_gpt_best.pt", root / "data/tokenizer/tokenizer.json", "cpu").model
+    val_ids = torch.from_numpy(np.asarray(load_ids(root / ENCODED_DIR, "val"), dtype=np.int64))
+    val_priors = load_heldout_priors(root / SOFT_TARGETS_DIR, root / ENCODED_DIR)["val"]
+    cfg = params.train
+    loop_batches = batch_loss.fixed_val_batches(val_ids, cfg.eval_batches, cfg.batch_size, params.model.block_size,
+                                                cfg.seed, torch.device("cpu"), val_priors)
+    logged = checkpoint["best_val_loss"]
+    assert batch_loss.evaluate_model(best, loop_batches, cfg.precision) == pytest.approx(logged, rel=1e-5)
+    alone = [(x, y) for x, y, _prior in loop_batches]
+    assert abs(batch_loss.evaluate_model(_network_alone(best), alone, cfg.precision) - logged) > 1e-2
     assert float(checkpoint["model_state_dict"]["expert_gate.bias"].abs()) > 0  # the gate trained
     # evaluate's val figure is the mixture's, position by position
     metrics = evaluate_checkpoint(params, root)
@@ -142,13 +189,18 @@ def test_an_expert_run_trains_evaluates_and_generates_with_the_ngram(project):
     mixed = target_nll(model, val, block // 2, 8, torch.device("cpu"), priors=priors)
     assert metrics["val"]["loss"] == pytest.approx(float(mixed.mean()), rel=1e-6)
     first = torch.from_numpy(val[:block + 1])[None]
-    logits, _ = model(first[:, :-1], prior=priors.for_targets(torch.tensor([0]), block))
+    # the prior of target t (val[t], t = 1 .. block) looked up by hand, not through Priors.for_targets
+    logits, _ = model(first[:, :-1], prior=priors.at(torch.arange(1, block + 1)[None]))
     by_hand = F.cross_entropy(logits[0], first[0, 1:], reduction="none").detach()
     assert np.allclose(mixed[:block], by_hand.double().numpy(), atol=1e-5)
     network = target_nll(_network_alone(model), val, block // 2, 8, torch.device("cpu"))
     assert abs(float(network.mean()) - float(mixed.mean())) > 1e-3
     generation, _ = generate_samples(params, root)
     assert all(len(s["text"]) == 20 for s in generation["samples"])
+    # the doctor runs the trained model with its n-gram: the gate's gradient too, and the mixture's val loss
+    doctor = {r["name"]: r for r in diagnose(root / "models/mini_gpt_best.pt", root / "params.yaml", root)}
+    assert all(r["status"] == "passed" for r in doctor.values()), doctor
+    assert "expert_gate.bias" in doctor["gradients"]["measured"]["per_parameter_norms"]
 
 
 def _network_alone(model):
@@ -205,6 +257,37 @@ def test_priors_counted_with_the_split_they_score_fail_ngram_priors(project, mon
     assert measured["val"]["stored_mass_on_targets"] > measured["val"]["recounted_mass_on_targets"]
 
 
+def test_the_mass_outside_the_kept_tokens_stored_as_the_kept_mass_fails_soft_targets_held_out(project):
+    root, source = project
+    params = recompose(root, source, EXPERT)
+    run_stage(root, "soft_targets")
+    path = root / SOFT_TARGETS_DIR / soft_target_files.ARRAYS_NAME
+    with np.load(path) as arrays:
+        stored = dict(arrays)
+    stored["rest"] = (1 - stored["rest"]).astype(np.float32)  # the planted bug: kept, not 1 - kept
+    with open(path, "wb") as handle:
+        np.savez(handle, **stored)
+    record_as_written(root, "soft_targets", path)
+    report = run_preflight(params, root)
+    assert report["failed"] == ["soft_targets_held_out"]
+
+
+def test_rehearsal_learns_under_the_expert_needs_the_mixture_to_fall_from_where_it_started():
+    from types import SimpleNamespace
+
+    from minigpt.preflight.checks import CheckFailed
+    from minigpt.preflight.training_checks import check_rehearsal_learns
+
+    record = {"probe_loss_before": 1.80, "probe_loss_after": 1.79, "probe_unigram_loss": 3.09, "unigram_entropy": 3.1,
+              "probe_ngram_loss": 1.24, "losses": [1.8] * 60}
+    ctx = SimpleNamespace(rehearsal=record, params=SimpleNamespace(preflight=SimpleNamespace(learn_margin=0.25)),
+                          model_config=SimpleNamespace(vocab_size=67), summary={}, tokenizer=None)
+    with pytest.raises(CheckFailed, match="below where it started"):  # far below the unigram, but stuck
+        check_rehearsal_learns(ctx)
+    record["probe_loss_after"] = 1.24
+    assert check_rehearsal_learns(ctx)["bar"] == pytest.approx(1.55)
+
+
 def test_a_gate_that_starts_away_from_zero_fails_expert_gate_even(project, monkeypatch):
     root, source = project
     params = recompose(root, source, EXPERT)
@@ -246,6 +329,8 @@ def test_in_run_evaluations_score_the_mixture(project):
     with_priors = batch_loss.fixed_val_batches(val, 2, 4, block, 0, torch.device("cpu"), priors)
     plain = batch_loss.fixed_val_batches(val, 2, 4, block, 0, torch.device("cpu"))
     assert all(torch.equal(a[0], b[0]) for a, b in zip(with_priors, plain))  # the same windows
+    shifted = Priors(*(torch.roll(a, 1, 0) for a in (priors.ids, priors.probs, priors.rest)))
+    off_by_one = batch_loss.fixed_val_batches(val, 2, 4, block, 0, torch.device("cpu"), shifted)
     mixed, alone = batch_loss.evaluate_model(model, with_priors), batch_loss.evaluate_model(model, plain)
-    assert mixed < alone - 0.1  # an untrained network: the n-gram's half carries the mixture
-    shutil.rmtree(root / SOFT_TARGETS_DIR)
+    # an untrained network: the n-gram's half carries the mixture, and only at its own positions
+    assert mixed < alone - 0.1 and mixed < batch_loss.evaluate_model(model, off_by_one) - 0.3

@@ -96,6 +96,8 @@ CONSUMES: dict[str, dict[str, Role]] = {
                  "soft targets": Role(SOFT_TARGETS_FILE, "soft_targets", required=False),
                  "n-gram priors": Role(NGRAM_PRIORS_FILE, "soft_targets", required=False)},
     "generate": {"checkpoint": Role(BEST_CHECKPOINT, "train"), "tokenizer": Role(TOKENIZER_FILE, "tokenizer"),
+                 # model.ngram_expert: the n-gram's settings, and the train it is counted on
+                 "n-gram summary": Role(SOFT_TARGETS_DIR / "summary.json", "soft_targets", required=False),
                  "n-gram train ids": Role(_encoded("train"), "encode", required=False)},
     # the report stage writes no record of its own: it verifies the graph and reads these
     "report": {"preflight report": Role(DEBUG_REPORT, "preflight"), "train log": Role(TRAIN_LOG, "train"),

@@ -103,7 +103,8 @@ class Priors:
 @dataclass(frozen=True)
 class SoftTargets:
     """The targets of every train position: ids [N, top] (uint8, or int32 for a vocabulary past 256), probs [N, top]
-    (fp16), rest [N] (fp32, the cross-fitted n-gram's mass outside the kept tokens; zeros where not given)."""
+    (fp16), rest [N] (fp32, the cross-fitted n-gram's mass outside the kept tokens; None in targets built by hand,
+    read as zeros)."""
     ids: torch.Tensor
     probs: torch.Tensor
     summary: dict
@@ -118,8 +119,8 @@ class SoftTargets:
 
     def for_targets(self, starts: torch.Tensor, block_size: int, device: torch.device | str = "cpu") -> Prior:
         """The targets of the windows get_batch drew at `starts`: targets[:, t] is train[starts + t + 1], so
-        its soft target is the distribution at that position."""
-        return self.at(starts[:, None] + 1 + torch.arange(block_size), device)
+        its soft target is the distribution at that position (Priors.for_targets: one offset for every split)."""
+        return self.priors().for_targets(starts, block_size, device)
 
 
 def load_soft_targets_summary(folder: str | Path, encoded_dir: str | Path) -> dict:

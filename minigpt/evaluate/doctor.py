@@ -13,9 +13,14 @@ from pathlib import Path
 
 from minigpt.core.config import DEFAULT_PARAMS, load_params
 from minigpt.core.errors import MinigptError
-from minigpt.core.paths import TOKENIZER_FILE
-from minigpt.data import batching
-from minigpt.model.batch_loss import evaluate_model
+from minigpt.core.paths import ENCODED_DIR, SOFT_TARGETS_DIR, TOKENIZER_FILE
+from minigpt.data.soft_target_files import (
+    load_heldout_priors,
+    load_soft_targets,
+    load_soft_targets_summary,
+    require_trained_ngram,
+)
+from minigpt.model.batch_loss import evaluate_model, fixed_val_batches
 from minigpt.model.checkpoint import load_trained_model
 from minigpt.model.devices import select_device
 from minigpt.preflight.checks import Check, CheckFailed, format_table, run_checks
@@ -31,9 +36,11 @@ APPLICABLE = ("environment", "files", "tokenizer", "token_ids", "batch_shift", "
 
 
 def check_trained_loss(ctx: Context) -> dict:
-    gen = ctx.generator(7)
-    batches = [batching.get_batch(ctx.splits["val"], ctx.params.preflight.batch_size, ctx.model_config.block_size,
-                                  ctx.device, gen) for _ in range(DOCTOR_BATCHES)]
+    val_priors = None
+    if ctx.model_config.ngram_expert:  # the loss of what the model predicts: its mixture with the n-gram
+        val_priors = load_heldout_priors(ctx.path(SOFT_TARGETS_DIR), ctx.path(ENCODED_DIR))["val"]
+    batches = fixed_val_batches(ctx.splits["val"], DOCTOR_BATCHES, ctx.params.preflight.batch_size,
+                                ctx.model_config.block_size, ctx.params.preflight.seed, ctx.device, val_priors)
     loss = evaluate_model(ctx.model, batches)
     baseline = math.log(ctx.model_config.vocab_size)
     measured = {"val_loss": loss, "log_v": baseline, "margin": TRAINED_MARGIN, "batches": DOCTOR_BATCHES}
@@ -55,9 +62,14 @@ TRAINED_LOSS = Check("trained_loss", check_trained_loss, ("forward_shapes",),
 def diagnose(checkpoint_path: Path, params_path: Path = Path(DEFAULT_PARAMS), root: Path = Path(".")) -> list[dict]:
     params = load_params(params_path)
     device = select_device(params.train.device)
-    model = load_trained_model(checkpoint_path, root / TOKENIZER_FILE, device).model
+    trained = load_trained_model(checkpoint_path, root / TOKENIZER_FILE, device)
+    model = trained.model
     ctx = Context(params=params, root=root, device=device, model_config=model.config,
                   model_factory=lambda _config: copy.deepcopy(model))
+    if model.config.ngram_expert:  # the checks run the model with the n-gram it was trained with
+        folder, encoded = root / SOFT_TARGETS_DIR, root / ENCODED_DIR
+        require_trained_ngram(trained.checkpoint, load_soft_targets_summary(folder, encoded), str(checkpoint_path))
+        ctx.soft_targets = load_soft_targets(folder, encoded)
     checks = tuple(c for c in CHECKS if c.name in APPLICABLE) + (TRAINED_LOSS,)
     return [r.to_dict() for r in run_checks(ctx, checks)]
 

@@ -16,13 +16,10 @@ from minigpt.core.config import DEFAULT_PARAMS, MAX_NEW_TOKENS, CleanConfig, loa
 from minigpt.core.errors import ConfigError, MinigptError
 from minigpt.core.paths import BEST_CHECKPOINT as BEST
 from minigpt.core.paths import ENCODED_DIR, SOFT_TARGETS_DIR, TOKENIZER_FILE
+from minigpt.core.provenance import Custody
 from minigpt.data.clean import normalise
-from minigpt.data.soft_target_files import (
-    NextTokenNgram,
-    load_next_token_ngram,
-    load_soft_targets_summary,
-    require_trained_ngram,
-)
+from minigpt.data.encode import load_ids
+from minigpt.data.soft_target_files import NextTokenNgram, load_soft_targets_summary, require_trained_ngram
 from minigpt.data.textstats import repetition_metrics
 from minigpt.data.tokenizer_files import Tokenizer
 from minigpt.evaluate.generation_checks import ContextProbe, generation_checks
@@ -50,25 +47,34 @@ def load_for_generation(checkpoint_path: Path, root: Path, device: torch.device)
     return trained.model, trained.tokenizer, expert_ngram(trained, root, str(checkpoint_path))
 
 
-def expert_ngram(trained, root: Path, source: str) -> NextTokenNgram | None:
+def expert_ngram(trained, root: Path, source: str, custody: Custody | None = None) -> NextTokenNgram | None:
     """model.ngram_expert: the n-gram counted on encoded train, refused unless data/soft_targets holds the one the
-    checkpoint was trained with; None for any other model."""
+    checkpoint was trained with; None for any other model. `custody` (the stage's record) checks and records both."""
     if not trained.model.config.ngram_expert:
         return None
     folder, encoded = root / SOFT_TARGETS_DIR, root / ENCODED_DIR
-    require_trained_ngram(trained.checkpoint, load_soft_targets_summary(folder, encoded), source)
-    return load_next_token_ngram(folder, encoded)
+    if custody is not None:
+        custody.take("n-gram summary")
+        custody.take("n-gram train ids")
+    summary = load_soft_targets_summary(folder, encoded)
+    require_trained_ngram(trained.checkpoint, summary, source)
+    train = load_ids(encoded, "train")
+    if custody is not None:
+        custody.used("n-gram train ids", train)
+    return NextTokenNgram(train, summary)
 
 
-def generate_samples(params, root: Path, checkpoint_path: Path | None = None) -> tuple[dict, str]:
-    """Validate every setting, then sample each prompt; returns (generation.json content, samples.md text)."""
+def generate_samples(params, root: Path, checkpoint_path: Path | None = None,
+                     custody: Custody | None = None) -> tuple[dict, str]:
+    """Validate every setting, then sample each prompt; returns (generation.json content, samples.md text).
+    `custody`: the stage's record (the n-gram's inputs under model.ngram_expert are checked into it)."""
     gen = params.generate
     settings = SamplingSettings(gen.temperature, gen.top_k, gen.top_p, gen.repetition_penalty)
     device = select_device(params.train.device)
     path = checkpoint_path or root / BEST
     trained = load_trained_model(path, root / TOKENIZER_FILE, device)
     model, tokenizer = trained.model, trained.tokenizer
-    ngram = expert_ngram(trained, root, str(path))
+    ngram = expert_ngram(trained, root, str(path), custody)
     settings.validate(tokenizer.vocab_size)
     prompts = [prepare_prompt(p, i, tokenizer, params.clean) for i, p in enumerate(gen.prompts)]
     samples = []

@@ -43,10 +43,12 @@ class Context:
         return torch.Generator().manual_seed(self.params.preflight.seed + offset)
 
     def batch_with_prior(self) -> tuple:
-        """(inputs, targets, prior): the check batch and the n-gram the run mixes in at its targets under
+        """(inputs, targets, prior): the check batch and the n-gram the model mixes in at its targets under
         model.ngram_expert (the same windows, drawn with their starts), else ctx.batch and None."""
-        if not self.params.model.ngram_expert or self.soft_targets is None:
+        if not self.model_config.ngram_expert:
             return (*self.batch, None)
+        if self.soft_targets is None:
+            raise ValueError("model.ngram_expert: the soft targets (the n-gram mixed in) were not loaded")
         inputs = self.batch[0]
         return distill.draw_batch(self.splits["train"], inputs.shape[0], inputs.shape[1], self.device,
                                   self.generator(1), self.soft_targets)

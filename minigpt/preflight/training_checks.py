@@ -102,7 +102,8 @@ def rehearse(ctx: Context) -> dict:
         if not result.stepped:
             what = f"loss {result.loss}" if not math.isfinite(result.loss) else f"gradient norm {result.grad_norm}"
             first = first_non_finite_module(
-                model, lambda: batch_loss.calc_loss_batch(model, inputs, targets, train.precision))
+                model, lambda: batch_loss.calc_loss_batch(model, inputs, targets, train.precision,
+                                                          soft if run_step.expert else None))
             record["failure"] = (f"non-finite {what} at rehearsal step {step} (lr {result.lr:.3g}); first module "
                                  f"with a non-finite output: '{first}'")
             break
@@ -154,11 +155,14 @@ def check_lr_stability(ctx: Context) -> dict:
 def check_rehearsal_learns(ctx: Context) -> dict:
     """The model must have learned more than character frequencies: the fixed batches' loss ends clearly below
     what train's unigram distribution scores on those very batches (so a batch of rare text moves both). Under
-    model.ngram_expert the loss is the mixture's, which the gate alone can bring down to the n-gram's
-    (probe_ngram_loss, recorded): there this proves the step's updates land, and optimizer_update that every
-    parameter, the network's included, moves."""
+    model.ngram_expert the loss is the mixture's, which starts near the n-gram's (probe_ngram_loss, recorded), far
+    below the unigram's: there it must also end the margin below where it started, which the gate learning alone
+    can do, so this proves the updates land, and optimizer_update that every parameter, the network's included,
+    moves."""
     record, margin = ctx.rehearsal, ctx.params.preflight.learn_margin
     bar = record["probe_unigram_loss"] - margin
+    if record["probe_ngram_loss"] is not None:
+        bar = min(bar, record["probe_loss_before"] - margin)
     after = record["probe_loss_after"]
     measured = {"probe_loss_before": record["probe_loss_before"], "probe_loss_after": after,
                 "probe_unigram_loss": record["probe_unigram_loss"],
@@ -171,7 +175,8 @@ def check_rehearsal_learns(ctx: Context) -> dict:
             f"after {len(record['losses'])} rehearsal steps the loss on fixed train batches is {after:.4f} (from "
             f"{record['probe_loss_before']:.4f}); train's {unit} frequencies alone score "
             f"{record['probe_unigram_loss']:.4f} on them, and a correctly updating model is at least {margin} below "
-            f"that by then ({bar:.4f}): the training step does not learn (updates that never land, an LR far too "
+            f"that{' and below where it started' if record['probe_ngram_loss'] is not None else ''} by then "
+            f"({bar:.4f}): the training step does not learn (updates that never land, an LR far too "
             f"low, or one so high that the model falls back to {unit} frequencies)",
             measured,
         )

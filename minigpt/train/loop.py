@@ -146,7 +146,7 @@ def _loop(run: Run, stop: StopRequest) -> dict:
             lr = result.lr  # what the optimizer applied; lr_applied holds it to the specification, from params alone
             specified = schedule_spec.specified_lr(cfg, step, clock_fraction)
             if not result.stepped:
-                _raise_diverged(run, step, result, inputs, targets)
+                _raise_diverged(run, step, result, inputs, targets, soft if run.scheduled_step.expert else None)
             if run.average is not None:
                 run.average.update(run.raw_model)
             progress.step = step
@@ -280,10 +280,11 @@ class _ConsoleReport:
         return True
 
 
-def _raise_diverged(run: Run, step: int, result: train_step.StepResult, inputs, targets) -> None:
+def _raise_diverged(run: Run, step: int, result: train_step.StepResult, inputs, targets, prior=None) -> None:
+    """prior: the step's n-gram under model.ngram_expert (the forward replayed is the one that ran)."""
     what = f"loss {result.loss}" if not math.isfinite(result.loss) else f"gradient norm {result.grad_norm}"
     first = first_non_finite_module(
-        run.raw_model, lambda: batch_loss.calc_loss_batch(run.raw_model, inputs, targets, run.cfg.precision))
+        run.raw_model, lambda: batch_loss.calc_loss_batch(run.raw_model, inputs, targets, run.cfg.precision, prior))
     bad_grads = [n for n, p in run.raw_model.named_parameters()
                  if p.grad is not None and not torch.isfinite(p.grad).all()]
     where = f"first module with non-finite output: '{first}'" if first else (
