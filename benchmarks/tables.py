@@ -35,9 +35,9 @@ QUALITY = RESULTS / "quality_budget"
 BASELINE_ROWS = (("unigram (train character frequencies)", "unigram (add-one)"),
                  ("{best} (the best static baseline)", None),
                  ("PPMd order 8 (adaptive: keeps learning on val)", "PPMd order 8"))
-# a row: its label, then (run name, key) per figure, the first in bold: the preset, without soft targets, nanoGPT's
-# recipe on the same clock
-RUN_ROWS = (("`budget-72s` / without soft targets / nanoGPT's CPU recipe, the same 72 s",
+# a row: its label, then (run name, key) per figure, the first in bold: the preset, without its n-gram (no soft
+# targets, no n-gram expert), nanoGPT's recipe on the same clock
+RUN_ROWS = (("`budget-72s` / without its n-gram / nanoGPT's CPU recipe, the same 72 s",
              (("budget-72s preset", "val_bpc"), ("budget-72s, no soft targets", "val_bpc"),
               ("nanoGPT recipe, 72 s (reference)", "val_bpc"))),
             ("`budget-15m` / without soft targets / nanoGPT's CPU recipe, the same 15 min",

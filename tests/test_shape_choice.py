@@ -61,7 +61,8 @@ def shaped(tmp_path, preset: str, shape: str):
 
 
 # what conf/experiment/budget-72s.yaml adds to either shape (docs/decisions.md, "N-gram input embeddings at 72 s")
-NGRAM_TABLES_72S = {"ngram_orders": 4, "ngram_buckets": 2048}
+# the 72-second preset's n-gram tables and its n-gram expert
+NGRAM_TABLES_72S = {"ngram_orders": 4, "ngram_buckets": 2048, "ngram_expert": True}
 
 
 def test_budget_presets_choose_among_the_calibrated_shapes(tmp_path):
@@ -75,7 +76,7 @@ def test_budget_presets_choose_among_the_calibrated_shapes(tmp_path):
     assert short.shape == "small" and short.model.embedding_dim == 128 and short.train.lr == 0.003
     production = shaped(tmp_path, "budget-72s", "production")
     # the production model as composed, with the options that won (docs/data-and-config.md, "Model options") and the
-    # 72-second preset's n-gram tables
+    # 72-second preset's n-gram tables and expert
     assert production.model.model_dump() == {**default.model.model_dump(), "position": "rotary", "qk_norm": True,
                                              "mlp": "swiglu", **NGRAM_TABLES_72S}
     assert {short.train.optimizer, production.train.optimizer} == {"muon"}
@@ -85,8 +86,8 @@ def test_budget_presets_choose_among_the_calibrated_shapes(tmp_path):
 def test_the_15_minute_small_shape_is_the_72_second_one_with_dropout(tmp_path):
     """budget-15m's small shape adds dropout off the attention weights (its 15 minutes are ~7 passes over wt2-mini
     and overfit without it) and keeps every other key of the small shape; the preset adds the weight average, and
-    only the 72-second preset has the n-gram tables, batches of 32 windows (16 at 15 minutes) and half of its loss on
-    the soft targets (0.3 at 15 minutes)."""
+    only the 72-second preset has the n-gram tables and the n-gram expert, batches of 32 windows (16 at 15 minutes)
+    and none of its loss on the soft targets (0.3 at 15 minutes: its n-gram is taught, not mixed in)."""
     short, long = shaped(tmp_path, "budget-72s", "small"), shaped(tmp_path, "budget-15m", "small-regularised")
     short_model, long_model = short.model.model_dump(), long.model.model_dump()
     assert short_model["dropout"] == 0.0 and long_model["dropout"] == 0.1
@@ -94,9 +95,9 @@ def test_the_15_minute_small_shape_is_the_72_second_one_with_dropout(tmp_path):
     assert {**long_model, "dropout": 0.0, "attention_dropout": True, **NGRAM_TABLES_72S} == short_model
     short_train, long_train = short.train.model_dump(), long.train.model_dump()
     assert long_train["max_seconds"] == 900 and long_train["ema_decay"] == 0.999 and short_train["ema_decay"] is None
-    assert long_train["distill_alpha"] == 0.3 and short_train["distill_alpha"] == 0.5
+    assert long_train["distill_alpha"] == 0.3 and short_train["distill_alpha"] == 0.0
     assert long_train["batch_size"] == 16 and short_train["batch_size"] == 32
-    assert {**long_train, "max_seconds": 72, "ema_decay": None, "distill_alpha": 0.5, "batch_size": 32} == short_train
+    assert {**long_train, "max_seconds": 72, "ema_decay": None, "distill_alpha": 0.0, "batch_size": 32} == short_train
     long_production = shaped(tmp_path, "budget-15m", "production").model.model_dump()
     assert {**long_production, **NGRAM_TABLES_72S} == shaped(tmp_path, "budget-72s", "production").model.model_dump()
 

@@ -106,6 +106,19 @@ def test_val_improving_warns_when_the_loss_stops_falling():
     assert dogs().after_eval(10, 3.0, None) == []
 
 
+def test_val_improving_under_the_ngram_expert_judges_the_mixture_against_the_ngram_alone():
+    # the expert run seen on wt2-mini: first eval 1.5096, third 1.4917 (0.018 below), the 9-gram alone about 1.557
+    learning = dogs(first_evals=3, val_margin=0.05)
+    learning.ngram_val_loss = 1.557
+    assert [e for loss in (1.5096, 1.4990, 1.4917) for e in learning.after_eval(10, loss, None)] == []
+    stuck = dogs(first_evals=3, val_margin=0.05)  # a mixture that never gets past the n-gram: the network adds nothing
+    stuck.ngram_val_loss = 1.557
+    events = [e for loss in (1.560, 1.540, 1.530) for e in stuck.after_eval(10, loss, None)]
+    assert [e["name"] for e in events] == ["val_improving"]
+    assert "not 0.05 below the n-gram alone's 1.5570" in events[0]["message"]
+    assert "the network adds nothing to the n-gram" in events[0]["message"]
+
+
 def test_train_diverging_stops_after_rising_evals_in_a_row():
     d = dogs(rising_evals=2, rise_tolerance=0.02)
     for n, loss in ((1, 2.0), (2, 1.9), (3, 1.95), (4, 2.1)):  # eval means 2.0 -> 1.9 (falls) -> ...

@@ -8,6 +8,7 @@ import torch.nn as nn
 
 from minigpt.data import batching
 from minigpt.model import devices
+from minigpt.model.ngram_expert import prior_log_probs
 
 
 def calc_loss_batch(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
@@ -30,6 +31,13 @@ def evaluate_model(model: nn.Module, batches, precision: str = "fp32") -> float:
     finally:
         model.train(was_training)
     return sum(losses) / len(losses)
+
+
+def prior_loss(batches, vocab_size: int) -> float:
+    """The mean loss of the n-gram alone (model.ngram_expert's prior) on batches (inputs, targets, prior)."""
+    losses = [-prior_log_probs(prior, vocab_size).gather(-1, targets[..., None]).mean()
+              for _inputs, targets, prior in batches]
+    return float(torch.stack(losses).mean())
 
 
 def fixed_val_batches(val: torch.Tensor, count: int, batch_size: int, block_size: int, seed: int,

@@ -23,7 +23,6 @@ from minigpt.data import batching
 from minigpt.data.bpe import BPETokenizer
 from minigpt.model import batch_loss
 from minigpt.model.gpt import MiniGPTConfig
-from minigpt.model.ngram_expert import prior_log_probs
 from minigpt.model.nonfinite import first_non_finite_module
 from minigpt.preflight.checks import Check, CheckFailed
 from minigpt.preflight.context import Context
@@ -50,12 +49,6 @@ def unigram_loss(batches, log_p: np.ndarray) -> float:
     """The loss a model that knows only train's character frequencies gets on these batches' targets."""
     targets = np.concatenate([y.cpu().numpy().ravel() for _, y, *_prior in batches])
     return float(-log_p[targets].mean())
-
-
-def ngram_loss(batches, vocab: int) -> float:
-    """The loss of the n-gram alone (model.ngram_expert's prior) on these batches' targets."""
-    losses = [-prior_log_probs(prior, vocab).gather(-1, y[..., None]).mean() for _, y, prior in batches]
-    return float(torch.stack(losses).mean())
 
 
 def rehearsal_warmup(ctx: Context) -> int:
@@ -90,7 +83,7 @@ def rehearse(ctx: Context) -> dict:
               "precision": train.precision, "probe_batches": pre.probe_batches,
               "probe_loss_before": batch_loss.evaluate_model(model, probes, train.precision),
               "probe_unigram_loss": unigram_loss(probes, log_p), "unigram_entropy": unigram_entropy(log_p),
-              "probe_ngram_loss": ngram_loss(probes, ctx.model_config.vocab_size) if expert else None,
+              "probe_ngram_loss": batch_loss.prior_loss(probes, ctx.model_config.vocab_size) if expert else None,
               "losses": [], "lrs": [],
               "failure": None}
     gen = ctx.generator(5)

@@ -10,11 +10,12 @@ from minigpt.train.weight_average import WeightAverage
 REAL_COSINE = train_step.cosine_with_warmup
 
 
-def zero_grad_between_backward_and_step(model, optimizer, inputs, targets, lr, precision, grad_clip, clip_params=None):
+def zero_grad_between_backward_and_step(model, optimizer, inputs, targets, lr, precision, grad_clip, clip_params=None,
+                                        soft=None, distill_alpha=0.0, prior=None):
     """The real step with zero_grad moved after backward: the optimizer steps on no gradient (updates never land)."""
     for group in optimizer.param_groups:
         group["lr"] = lr
-    loss = batch_loss.calc_loss_batch(model, inputs, targets, precision)
+    loss = batch_loss.calc_loss_batch(model, inputs, targets, precision, prior)  # (the soft-target term left out)
     loss.backward()
     optimizer.zero_grad(set_to_none=True)
     norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip))
@@ -44,11 +45,12 @@ def layernorm_weights_decayed(model, weight_decay):
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def clip_over_the_last_layer_only(model, optimizer, inputs, targets, lr, precision, grad_clip, clip_params=None):
+def clip_over_the_last_layer_only(model, optimizer, inputs, targets, lr, precision, grad_clip, clip_params=None,
+                                  soft=None, distill_alpha=0.0, prior=None):
     """The real step, clipping (and measuring) only the head's gradients instead of the whole model's."""
     for group in optimizer.param_groups:
         group["lr"] = lr
-    loss = batch_loss.calc_loss_batch(model, inputs, targets, precision)
+    loss = batch_loss.calc_loss_batch(model, inputs, targets, precision, prior)  # (the soft-target term left out)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     norm = float(torch.nn.utils.clip_grad_norm_(list(model.parameters())[-1:], grad_clip))

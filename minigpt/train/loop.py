@@ -122,6 +122,8 @@ def _loop(run: Run, stop: StopRequest) -> dict:
     block = run.params.model.block_size
     val_batches = batch_loss.fixed_val_batches(run.val_ids, cfg.eval_batches, cfg.batch_size, block, cfg.seed, device,
                                                run.val_priors)
+    if run.val_priors is not None:  # val_improving's reference: what the n-gram alone scores on these batches
+        run.watch.ngram_val_loss = batch_loss.prior_loss(val_batches, run.raw_model.config.vocab_size)
     per_rank_batch = cfg.batch_size // ddp.world
     tokens_per_step = cfg.batch_size * block
     budget = cfg.max_seconds

@@ -23,8 +23,8 @@ def resume_fingerprint(params: Params, tokenizer_fp: str, root: Path) -> str:
     train = {k: v for k, v in params.section_dict("train").items() if k not in RESUME_FREE_KEYS}
     data = split_hashes(root / ENCODED_DIR, ("train", "val"))
     bound = {"model": params.section_dict("model"), "train": train, "tokenizer": tokenizer_fp, "data": data}
-    if params.uses_soft_targets():  # the targets' recipe (their data is train's, bound above)
-        bound["soft_targets"] = params.section_dict("soft_targets")
+    if params.uses_soft_targets():  # the targets' recipe (their data is train's, bound above), discount included
+        bound["soft_targets"] = {**params.section_dict("soft_targets"), "discount": params.baselines.discount}
     return canonical_json_digest(bound)
 
 

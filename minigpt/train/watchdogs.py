@@ -10,7 +10,7 @@ train_summary.json and shown on the run and comparison pages. Thresholds are `wa
 - gradient_flow (every step, stop): the gradient norm is exactly 0, or a trainable parameter got no gradient,
   `dead_grad_steps` steps running
 - val_improving (each eval, warning): from the `first_evals`-th eval on, val loss is not `val_margin` below the first
-  eval's
+  eval's (under model.ngram_expert, below the n-gram alone's on the same batches: the mixture starts near it)
 - train_diverging (each eval, stop): the mean train loss since the previous eval rose by > `rise_tolerance`,
   `rising_evals` evals running
 - clipping_share (every `window` steps, warning): more than `clip_share_max` of the window's steps were clipped
@@ -59,6 +59,7 @@ class Watchdogs:
     placeholder: str
     reference_tokens_per_s: float | None = None
     say: object = print
+    ngram_val_loss: float | None = None  # model.ngram_expert: the n-gram alone's loss on the loop's val batches
     tallies: dict[str, Tally] = field(default_factory=lambda: {name: Tally() for name in LEVELS})
     _dead_steps: int = 0
     _window: list[tuple[float, float]] = field(default_factory=list)  # (tokens/s, grad norm) since the window began
@@ -145,11 +146,15 @@ class Watchdogs:
             self._first_val = val_loss
         elif self._evals >= self.cfg.first_evals:
             self._count("val_improving")
-            if not val_loss < self._first_val - self.cfg.val_margin:
+            expert = self.ngram_val_loss is not None
+            reference = self.ngram_val_loss if expert else self._first_val
+            if not val_loss < reference - self.cfg.val_margin:
+                what = "the n-gram alone's" if expert else "the first eval's"
                 events.append(self._warn(step, "val_improving",
                                          f"after {self._evals} evals the val loss is {val_loss:.4f}, not "
-                                         f"{self.cfg.val_margin:g} below the first eval's {self._first_val:.4f}: the "
-                                         "run has stopped learning (LR too low or decayed too early, or it overfits)"))
+                                         f"{self.cfg.val_margin:g} below {what} {reference:.4f}: the run has stopped "
+                                         "learning (LR too low or decayed too early, or it overfits)"
+                                         + ("; the network adds nothing to the n-gram" if expert else "")))
         if self._train_losses:
             mean = sum(self._train_losses) / len(self._train_losses)
             self._train_losses = []
