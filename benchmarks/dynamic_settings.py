@@ -22,6 +22,7 @@ import torch
 from bench_common import ROOT, machine_label, output_path, trained_smoke_project, write_result
 from minigpt.core.paths import BEST_CHECKPOINT, ENCODED_DIR, TOKENIZER_FILE
 from minigpt.data.encode import load_ids
+from minigpt.evaluate.checkpoint_eval import expert_priors
 from minigpt.evaluate.dynamic import dynamic_score
 from minigpt.model.checkpoint import load_trained_model
 from minigpt.model.precision import choose_evaluation_precision
@@ -54,12 +55,14 @@ def main() -> None:
     stride = max(1, model.config.block_size // 2)
     ids = {split: load_ids(args.work / ENCODED_DIR, split) for split in ("val", "test")}
     char_counts = tokenizer.char_counts()
+    priors = expert_priors(model, checkpoint, args.work, str(args.work / BEST_CHECKPOINT), None)  # model.ngram_expert
     rows = []
     for lr, streams in args.settings:
         row = {"lr": lr, "streams": streams}
         for split, split_ids in ids.items():
             started = time.perf_counter()
-            scored = dynamic_score(model, split_ids, stride, streams, lr, device, precision, char_counts)
+            scored = dynamic_score(model, split_ids, stride, streams, lr, device, precision, char_counts,
+                                   priors.get(split))
             row[split] = {"bpc": scored["bpc"], "steps": scored["steps"], "streams": scored["streams"],
                           "seconds": round(time.perf_counter() - started, 1)}
         rows.append(row)

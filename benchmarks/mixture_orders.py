@@ -26,6 +26,7 @@ from bench_common import ROOT, machine_label, trained_smoke_project
 from minigpt.core.io_utils import atomic_write_text
 from minigpt.core.paths import BEST_CHECKPOINT, ENCODED_DIR
 from minigpt.data.encode import load_ids
+from minigpt.evaluate.checkpoint_eval import expert_priors
 from minigpt.evaluate.mixture import mixture_figures
 from minigpt.evaluate.scoring import target_nll
 from minigpt.model.checkpoint import load_checkpoint, model_from_checkpoint
@@ -45,8 +46,9 @@ def main() -> None:
     model = model_from_checkpoint(checkpoint, torch.device("cpu"), "best")
     ids = {split: load_ids(args.work / ENCODED_DIR, split) for split in ("train", "val", "test")}
     started = time.perf_counter()
-    nll = {s: target_nll(model, ids[s], max(1, model.config.block_size // 2), 64, torch.device("cpu"))
-           for s in ("val", "test")}
+    priors = expert_priors(model, checkpoint, args.work, str(args.work / BEST_CHECKPOINT), None)  # model.ngram_expert
+    nll = {s: target_nll(model, ids[s], max(1, model.config.block_size // 2), 64, torch.device("cpu"), "fp32",
+                         priors.get(s)) for s in ("val", "test")}
     model_row = {s: float(nll[s].mean() / math.log(2)) for s in nll}  # bpc: one character per target (char only)
     print(f"model: val {model_row['val']:.4f}, test {model_row['test']:.4f} bpc per token "
           f"({time.perf_counter() - started:.0f} s)")

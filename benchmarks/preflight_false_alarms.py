@@ -5,7 +5,8 @@ divergent LRs it must refuse, and the learning bar's calibration (healthy vs bro
     python benchmarks/preflight_false_alarms.py --smoke        # the code paths on the tests' fixture (CI)
 
 For each preset and seed it runs the rehearsal checks (lr_stability, rehearsal_learns) exactly as preflight
-does (towards the preset's soft targets under train.distill_alpha), with preflight.seed = seed, and records both
+does (towards the preset's soft targets under train.distill_alpha, mixed with them under model.ngram_expert), with
+preflight.seed = seed, and records both
 verdicts, the fixed-batch loss before/after and the largest sustained rise. It also records what the previous rule
 (any single step's loss > the first + 0.5, or the mean of the last 3 above the first) would have said. Broken
 variants plant a bug in the training step or schedule.
@@ -111,6 +112,9 @@ def rehearse_once(base: Context, params, seed: int, lr: float | None = None) -> 
         "probe_unigram_loss": record.get("probe_unigram_loss"),
         "below_unigram": (record["probe_unigram_loss"] - record["probe_loss_after"])
         if record.get("probe_loss_after") is not None else None,
+        # model.ngram_expert: the mixture must also end the margin below where it started
+        "below_start": (record["probe_loss_before"] - record["probe_loss_after"])
+        if record.get("probe_loss_after") is not None and record.get("probe_ngram_loss") is not None else None,
         "sustained_rise": (max(smooth) - smooth[0]) if smooth else None,
         "single_step_rise": (max(losses) - losses[0]) if losses else None,
         "old_rule_alarm": old_rule(losses) if len(losses) >= 3 else None,
@@ -120,7 +124,7 @@ def rehearse_once(base: Context, params, seed: int, lr: float | None = None) -> 
 
 def summarise(rows: list[dict]) -> dict:
     def values(key):
-        return [r[key] for r in rows if r[key] is not None]
+        return [r[key] for r in rows if r.get(key) is not None]
 
     after, rise, below = values("probe_after"), values("sustained_rise"), values("below_unigram")
     return {
@@ -132,6 +136,8 @@ def summarise(rows: list[dict]) -> dict:
         "probe_after_max": max(after, default=None), "probe_after_median": statistics.median(after) if after else None,
         "probe_after_min": min(after, default=None),
         "below_unigram_min": min(below, default=None), "below_unigram_max": max(below, default=None),
+        "below_start_min": min(values("below_start"), default=None),
+        "below_start_max": max(values("below_start"), default=None),
         "sustained_rise_max": max(rise, default=None),
         "single_step_rise_max": max(values("single_step_rise"), default=None),
         "bar": rows[0]["bar"] if rows else None, "unigram_entropy": rows[0]["unigram_entropy"] if rows else None,
@@ -171,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             healthy = [rehearse_once(base, params, s) for s in seeds]
             entry = {"train_lr": params.train.lr, "precision": params.train.precision,
                      "distill_alpha": params.train.distill_alpha if base.soft_targets is not None else 0.0,
+                     "ngram_expert": params.model.ngram_expert,
                      "healthy": summarise(healthy),
                      "healthy_runs": healthy, "divergent": {}, "broken": {}}
             for lr in args.divergent_lrs:

@@ -173,11 +173,12 @@ class BudgetStep:
         gen = torch.Generator().manual_seed(0)
         self.data = torch.randint(0, VOCAB, (corpus_tokens,), generator=gen)
         self.soft = None
-        if train.distill_alpha > 0:
+        if params.uses_soft_targets():  # distilled towards them, or mixed with them (model.ngram_expert)
             top = params.soft_targets.top
             probs = torch.rand(corpus_tokens, top, generator=gen)
             self.soft = SoftTargets(torch.randint(0, VOCAB, (corpus_tokens, top), generator=gen, dtype=torch.uint8),
-                                    (probs / probs.sum(-1, keepdim=True)).half(), {})
+                                    (probs / probs.sum(-1, keepdim=True)).half(), {},
+                                    torch.rand(corpus_tokens, generator=gen) * 0.1)
         self.gen, self.number = torch.Generator().manual_seed(1), 0
         self.tokens = train.batch_size * self.config.block_size
 

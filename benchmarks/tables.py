@@ -241,14 +241,22 @@ def preflight_false_alarms(root: Path) -> str:
             broken = result["broken"]
             # a rehearsal towards soft targets says so; older files did not load them (and do not say)
             alpha = f", α {result['distill_alpha']:g}" if result.get("distill_alpha") else ""
+            alpha += ", n-gram expert" if result.get("ngram_expert") else ""
             lines.append(
                 f"| {preset} ({result['train_lr']:g}, {result['precision']}{alpha}; `{path.stem}`) | "
                 f"**{healthy['failed']}**/{healthy['runs']} | {healthy['old_rule_alarms']} | "
-                f"{healthy['below_unigram_min']:.3f} … {healthy['below_unigram_max']:.3f} | "
+                f"{healthy['below_unigram_min']:.3f} … {healthy['below_unigram_max']:.3f}{_below_start(healthy)} | "
                 f"{slow['below_unigram_min']:.3f} … {slow['below_unigram_max']:.3f}; refused {_refusals(slow)} | "
                 f"refused {_refusals(fast)} | {_refusals(broken['updates_never_land'])} | "
                 f"{_refusals(broken['lr_zero_after_warmup'])} | {healthy['seconds_median']:.2f} s |")
     return "\n".join(lines) + "\n"
+
+
+def _below_start(group: dict) -> str:
+    """Under model.ngram_expert, how far the mixture ended below where it started (its bar's other side)."""
+    if group.get("below_start_min") is None:
+        return ""
+    return f" (below its start by {group['below_start_min']:.3f} … {group['below_start_max']:.3f})"
 
 
 WATCHDOG_FALSE_ALARMS = RESULTS / "watchdog_false_alarms"

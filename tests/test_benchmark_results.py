@@ -126,12 +126,15 @@ def test_a_run_that_trained_other_preset_train_settings_is_marked_unless_it_chos
     preset = yaml_sections(root, "budget-72s")
     older_alpha = {**preset["train"], "distill_alpha": preset["train"]["distill_alpha"] + 0.1}
 
-    def run(name, train, *overrides):
+    def run(name, train, *overrides, model=preset["model"]):
         return {"name": name, "overrides": ["experiment=budget-72s", *overrides], "val_bpc": 2.0, "test_bpc": 1.9,
-                "model": preset["model"], "train": train}
+                "model": model, "train": train}
 
+    # the run without the n-gram sets train and model keys of the preset's to other values, by its own overrides
+    without = {**preset["train"], "distill_alpha": preset["train"]["distill_alpha"] + 0.2}
     runs = [run("budget-72s preset", older_alpha),
-            run("budget-72s, no soft targets", {**preset["train"], "distill_alpha": 0.0}, "+train.distill_alpha=0"),
+            run("budget-72s, no soft targets", without, f"+train.distill_alpha={without['distill_alpha']}",
+                "model.ngram_expert=false", model={**preset["model"], "ngram_expert": False}),
             run("budget-72s, seed 1", older_alpha, "train.seed=1"), run("budget-72s, seed 2", preset["train"],
                                                                      "train.seed=2")]
     runs[0].update(best_step=10, mixture_val_bpc=1.5, mixture_test_bpc=1.4, mixture_weight=0.5)
@@ -152,12 +155,13 @@ def test_other_soft_target_settings_mark_a_preset_run_but_not_a_run_that_built_n
     preset = yaml_sections(root, "budget-72s")
     older = {**preset["soft_targets"], "top": preset["soft_targets"].get("top", 16) + 1}
 
-    def run(name, soft_targets, *overrides):
+    def run(name, soft_targets, *overrides, model=preset["model"]):
         return {"name": name, "overrides": ["experiment=budget-72s", *overrides], "val_bpc": 2.0, "test_bpc": 1.9,
-                "model": preset["model"], "train": preset["train"], "soft_targets": soft_targets}
+                "model": model, "train": preset["train"], "soft_targets": soft_targets}
 
-    runs = [run("budget-72s preset", older), run("budget-72s, no soft targets", {**older, "order": 0},
-                                                 "train.distill_alpha=0", "soft_targets.order=0")]
+    runs = [run("budget-72s preset", older),
+            run("budget-72s, no soft targets", {**older, "order": 0}, "train.distill_alpha=0", "soft_targets.order=0",
+                "model.ngram_expert=false", model={**preset["model"], "ngram_expert": False})]
     (root / "benchmarks/results/quality_budget/planted-2c.json").write_text(
         json.dumps({"manifest": manifest, "machine": machine, "runs": runs}))
     assert tables(root=root).returncode == 0

@@ -47,7 +47,8 @@ def layernorm_weights_decayed(model, weight_decay):
 
 def clip_over_the_last_layer_only(model, optimizer, inputs, targets, lr, precision, grad_clip, clip_params=None,
                                   soft=None, distill_alpha=0.0, prior=None):
-    """The real step, clipping (and measuring) only the head's gradients instead of the whole model's."""
+    """The real step, clipping (and measuring) only the last parameter's gradients (the head's; the n-gram expert's
+    gate bias under model.ngram_expert) instead of the whole model's."""
     for group in optimizer.param_groups:
         group["lr"] = lr
     loss = batch_loss.calc_loss_batch(model, inputs, targets, precision, prior)  # (the soft-target term left out)

@@ -29,9 +29,18 @@ def _time_training_steps(params: Params, vocab_size: int, device: torch.device,
     optimizer = train_step.make_optimizer(model, params.train)
     batch = [params.train.batch_size, config.block_size]
     inputs, targets = precision.random_batch(vocab_size, *batch, device, seed=0)
+    mixed = {}
+    if config.ngram_expert:  # the step mixes an n-gram in: timed with a random one of the soft targets' width
+        gen = torch.Generator().manual_seed(0)
+        top = min(params.soft_targets.top, vocab_size)
+        probs = torch.rand(*batch, top, generator=gen)
+        rest = torch.rand(*batch, generator=gen) / 10
+        mixed["prior"] = (torch.randint(0, vocab_size, (*batch, top), generator=gen).to(device),
+                          (probs / probs.sum(-1, keepdim=True)).to(device), rest.to(device))
 
     def step(kind: str) -> None:  # one training step in precision `kind`
-        train_step.training_step(model, optimizer, inputs, targets, params.train.lr, kind, params.train.grad_clip)
+        train_step.training_step(model, optimizer, inputs, targets, params.train.lr, kind, params.train.grad_clip,
+                                 **mixed)
 
     return precision.interleaved_seconds(step, device, precisions), sum(p.numel() for p in model.parameters()), batch
 
