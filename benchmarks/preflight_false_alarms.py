@@ -115,6 +115,9 @@ def rehearse_once(base: Context, params, seed: int, lr: float | None = None) -> 
         # model.ngram_expert: the mixture must also end the margin below where it started
         "below_start": (record["probe_loss_before"] - record["probe_loss_after"])
         if record.get("probe_loss_after") is not None and record.get("probe_ngram_loss") is not None else None,
+        # model.ngram_expert: the network's own fixed-batch loss, which lr_stability also needs to fall
+        "network_before": record.get("probe_network_loss_before"),
+        "network_after": record.get("probe_network_loss_after"),
         "sustained_rise": (max(smooth) - smooth[0]) if smooth else None,
         "single_step_rise": (max(losses) - losses[0]) if losses else None,
         "old_rule_alarm": old_rule(losses) if len(losses) >= 3 else None,

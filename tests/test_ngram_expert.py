@@ -334,3 +334,16 @@ def test_in_run_evaluations_score_the_mixture(project):
     mixed, alone = batch_loss.evaluate_model(model, with_priors), batch_loss.evaluate_model(model, plain)
     # an untrained network: the n-gram's half carries the mixture, and only at its own positions
     assert mixed < alone - 0.1 and mixed < batch_loss.evaluate_model(model, off_by_one) - 0.3
+
+
+def test_a_learning_rate_the_gate_hides_fails_lr_stability_on_the_networks_own_loss(project):
+    root, source = project
+    params = recompose(root, source, EXPERT + ["train.lr=1.0"])
+    run_stage(root, "soft_targets")
+    report = run_preflight(params, root)
+    stability = next(c for c in report["checks"] if c["name"] == "lr_stability")
+    measured = stability["measured"]
+    # the mixture alone looks healthy (it falls to the n-gram's loss); the network's own loss is what gives it away
+    assert measured["probe_loss_after"] < measured["probe_loss_before"]
+    assert measured["probe_network_loss_after"] > measured["probe_network_loss_before"]
+    assert stability["status"] == "failed" and "the network's own loss on fixed train batches" in stability["message"]
