@@ -113,6 +113,9 @@ def rehearse(ctx: Context) -> dict:
     return record
 
 
+NETWORK_DIVERGED = 2.0  # model.ngram_expert: the network's own fixed-batch loss over its start that is divergence
+
+
 def check_lr_stability(ctx: Context) -> dict:
     train, pre = ctx.params.train, ctx.params.preflight
     record = rehearse(ctx)
@@ -148,15 +151,15 @@ def check_lr_stability(ctx: Context) -> dict:
             "for this model",
             measured,
         )
-    # the network alone, trained inside the mixture, learns what the n-gram misses: its own loss need not fall
-    # much, but a diverging one rises far (by 9-45 nats at budget-72s's lr 0.1 and 1.0, AMX Xeon)
+    # the network alone, trained inside the mixture, learns what the n-gram misses: its own loss may even rise a
+    # little (1.19x its start on the tests' fixture at a healthy lr), but a diverging one ends confidently wrong
+    # (3.2-10x at budget-72s's lr 0.1 and 1.0 on the AMX Xeon; 3.3x at lr 1.0 on the fixture)
     before, after = record.get("probe_network_loss_before"), record.get("probe_network_loss_after")
-    if before is not None and after > before + pre.lr_rise_tolerance:
+    if before is not None and after > NETWORK_DIVERGED * before:
         raise CheckFailed(
-            f"at lr {train.lr:g} the network's own loss on fixed train batches ended more than "
-            f"{pre.lr_rise_tolerance} above where it started ({before:.4f} -> {after:.4f}) while the mixture with the "
-            f"n-gram (model.ngram_expert) fell to {record['probe_loss_after']:.4f}: the gate hides a network the "
-            "learning rate is too high for",
+            f"at lr {train.lr:g} the network's own loss on fixed train batches ended above {NETWORK_DIVERGED:g}x where "
+            f"it started ({before:.4f} -> {after:.4f}) while the mixture with the n-gram (model.ngram_expert) fell to "
+            f"{record['probe_loss_after']:.4f}: the gate hides a network the learning rate is too high for",
             measured,
         )
     return measured
@@ -253,7 +256,7 @@ CHECKS: tuple[Check, ...] = (
                      f"(batch {c.params.preflight.batch_size}): finite; LRs in (0, peak], the peak reached; the "
                      f"running median of {2 * SUSTAIN - 1} step losses never above the first + "
                      f"{c.params.preflight.lr_rise_tolerance}; fixed-batch loss lower after than before"
-                     + (f" (the mixture's; the network's own not above it + {c.params.preflight.lr_rise_tolerance}: "
+                     + (f" (the mixture's; the network's own not above {NETWORK_DIVERGED:g}x its start: "
                         "model.ngram_expert)" if c.params.model.ngram_expert else "")),
           ("learning rate too high for this model/batch", "no gradient clipping",
            "warmup needed (instability starts at the peak LR)", "a broken LR schedule (cosine_with_warmup)")),
