@@ -6,6 +6,7 @@ load_soft_targets / load_heldout_priors, which refuse targets built for other da
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +112,10 @@ class SoftTargets:
     rest: torch.Tensor | None = None
 
     def priors(self) -> Priors:
+        return self._priors
+
+    @functools.cached_property
+    def _priors(self) -> Priors:  # built once: every batch's lookup goes through it
         return Priors(self.ids, self.probs, torch.zeros(len(self.ids)) if self.rest is None else self.rest)
 
     def at(self, positions: torch.Tensor, device: torch.device | str = "cpu") -> Prior:
