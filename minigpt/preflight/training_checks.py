@@ -86,9 +86,8 @@ def rehearse(ctx: Context) -> dict:
               "probe_ngram_loss": batch_loss.prior_loss(probes, ctx.model_config.vocab_size) if expert else None,
               "losses": [], "lrs": [],
               "failure": None}
-    # under the expert the gate can hide a network that diverges behind the n-gram: its own loss is judged too
-    alone = [(x, y) for x, y, *_prior in probes] if expert else None
-    if expert:
+    if expert:  # the gate can hide a network that diverges behind the n-gram: its own loss is judged too
+        alone = [(x, y) for x, y, *_prior in probes]
         record["probe_network_loss_before"] = batch_loss.evaluate_model(model, alone, train.precision)
     gen = ctx.generator(5)
     for step in range(1, steps + 1):
@@ -151,9 +150,8 @@ def check_lr_stability(ctx: Context) -> dict:
             "for this model",
             measured,
         )
-    # the network alone, trained inside the mixture, learns what the n-gram misses: its own loss may even rise a
-    # little (1.19x its start on the tests' fixture at a healthy lr), but a diverging one ends confidently wrong
-    # (3.2-10x at budget-72s's lr 0.1 and 1.0 on the AMX Xeon; 3.3x at lr 1.0 on the fixture)
+    # the network alone, trained inside the mixture, learns what the n-gram misses, so its own loss may rise a
+    # little at a healthy lr; a diverging one ends confidently wrong, several times its start (docs/preflight.md)
     before, after = record.get("probe_network_loss_before"), record.get("probe_network_loss_after")
     if before is not None and after > NETWORK_DIVERGED * before:
         raise CheckFailed(
